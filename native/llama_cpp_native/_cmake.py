@@ -87,6 +87,10 @@ def _cmake_exe() -> str:
             return str(_stable_copy(data, f"cmake-{cmake.__version__}") / "bin" / "cmake")
     except (ImportError, AttributeError):
         pass
+    # at run time (build-tools) the build environment is gone: use its saved copy
+    saved = sorted((cache_root() / "toolchain").glob("cmake-*/bin/cmake"))
+    if saved:
+        return str(saved[-1])
     found = shutil.which("cmake")
     if not found:
         raise RuntimeError("CMake was not found: install the `cmake` package (pip install cmake)")

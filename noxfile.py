@@ -1,0 +1,40 @@
+"""Sessions that install the whole project into a fresh environment.
+
+``nox -s tests`` is the test command of the README and of CI.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+
+
+def _install(session: nox.Session, extras: str = "") -> None:
+    """Install the umbrella distribution (native layer, core and every plugin)."""
+    session.install(f".{extras}")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Install everything, build llama.cpp's oracle tools, run pytest."""
+    _install(session, "[test]")
+    session.run("python", "-m", "llama_cpp_native", "build-tools")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def tools(session: nox.Session) -> None:
+    """Build llama.cpp's own tools (llama-completion, llama-bench, ...) next to the libraries."""
+    _install(session)
+    session.run("python", "-m", "llama_cpp_native", "build-tools")
+    session.run("python", "-m", "llama_cpp_native", "tools-dir")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Static checks."""
+    session.install("ruff")
+    session.run("ruff", "check", "native", "core", "tests", "noxfile.py")
