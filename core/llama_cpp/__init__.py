@@ -5,5 +5,9 @@ its C names (:mod:`llama_cpp.llama_cpp`).
 """
 
 from .llama_cpp import *  # noqa: F401,F403  (the seed's top-level C API)
+from .llama import Llama
+from .plugins import hookimpl
+from .sampling import SamplingParams
 
 __version__ = "0.4.0.dev0"
+

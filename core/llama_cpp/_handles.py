@@ -1,0 +1,111 @@
+"""Owners of native pointers: one pointer per object, freed exactly once.
+
+Each handle frees its pointer in ``close()`` (idempotent) and, as a last
+resort, when garbage-collected.  Using a closed handle raises
+``RuntimeError`` instead of passing a dangling pointer to C.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from llama_cpp_native import ffi, lib
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def ensure_backend() -> None:
+    """``llama_backend_init`` once per process (it is process-global in llama.cpp)."""
+    global _backend_ready
+    if _backend_ready:
+        return
+    with _backend_lock:
+        if not _backend_ready:
+            lib.llama_backend_init()
+            _backend_ready = True
+
+
+class NativeHandle:
+    """Owns one native pointer and the function that frees it."""
+
+    __slots__ = ("_ptr", "_free", "_what", "__weakref__")
+
+    def __init__(self, ptr: Any, free: Callable[[Any], None], what: str) -> None:
+        if ptr == ffi.NULL:
+            raise RuntimeError(f"llama.cpp could not create the {what}")
+        self._ptr = ptr
+        self._free = free
+        self._what = what
+
+    @property
+    def ptr(self) -> Any:
+        ptr = self._ptr
+        if ptr is None:
+            raise RuntimeError(f"the {self._what} is closed")
+        return ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            self._free(ptr)
+
+    def __enter__(self) -> "NativeHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing useful to report
+            pass
+
+
+def load_model(path: Path, params: Any) -> NativeHandle:
+    ensure_backend()
+    ptr = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    if ptr == ffi.NULL:
+        raise ValueError(f"failed to load model from {str(path)!r}: not a valid GGUF model file, or an unsupported one")
+    return NativeHandle(ptr, lib.llama_model_free, "model")
+
+
+def new_context(model: NativeHandle, params: Any) -> NativeHandle:
+    ptr = lib.llama_init_from_model(model.ptr, params)
+    if ptr == ffi.NULL:
+        raise RuntimeError("llama.cpp could not create a context for this model with these parameters")
+    return NativeHandle(ptr, lib.llama_free, "context")
+
+
+class Batch(NativeHandle):
+    """A ``llama_batch`` of ``capacity`` tokens for one sequence, reused across calls."""
+
+    __slots__ = ("batch", "capacity")
+
+    def __init__(self, capacity: int, n_seq_max: int = 1) -> None:
+        batch = ffi.new("struct llama_batch *", lib.llama_batch_init(capacity, 0, n_seq_max))
+        super().__init__(batch, lambda b: lib.llama_batch_free(b[0]), "batch")
+        self.batch = batch[0]
+        self.capacity = capacity
+
+    def set_tokens(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"{n} tokens do not fit in a batch of {self.capacity}")
+        b = self.batch
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = logits_all
+        if logits_last and n:
+            b.logits[n - 1] = True
+        b.n_tokens = n

@@ -1,0 +1,132 @@
+"""The constructor's keywords: validation, legacy names, and the native param structs."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import warnings
+from typing import Any
+
+from llama_cpp_native import ffi, lib
+
+# Keywords of earlier llama-cpp-python versions that real clients still pass
+# (LangChain's LlamaCpp among them).  Mapped ones are translated by the
+# constructor; the others no longer mean anything and only warn.
+LEGACY_IGNORED = {
+    "n_parts": "llama.cpp loads split models itself",
+    "f16_kv": "the KV cache type is type_k/type_v",
+    "lora_base": "llama.cpp applies adapters to the loaded model directly",
+    "mul_mat_q": "llama.cpp chooses its kernels",
+    "low_vram": "removed from llama.cpp",
+    "n_gqa": "read from the model",
+    "rms_norm_eps": "read from the model",
+    "rope_scaling": "use rope_scaling_type",
+    "rpc_servers": "RPC is configured when building llama.cpp (CMAKE_ARGS=-DGGML_RPC=on)",
+    "logits_all_in_batch": "use logits_all",
+    "tfs_z": "tail-free sampling was removed from llama.cpp",
+}
+LEGACY_MAPPED = {"use_mmap", "use_mlock", "use_direct_io", "lora_path", "lora_scale", "embedding"}
+
+
+def reject_unknown(kwargs: dict[str, Any], known: list[str]) -> None:
+    """TypeError for a keyword no version ever had, suggesting the closest parameter."""
+    for name in kwargs:
+        if name in LEGACY_IGNORED or name in LEGACY_MAPPED:
+            continue
+        close = difflib.get_close_matches(name, known + sorted(LEGACY_MAPPED), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise TypeError(f"Llama() got an unexpected keyword argument {name!r}{hint}")
+
+
+def warn_ignored(kwargs: dict[str, Any]) -> None:
+    for name in kwargs:
+        if name in LEGACY_IGNORED:
+            warnings.warn(
+                f"Llama({name}=...) is ignored: {LEGACY_IGNORED[name]}", DeprecationWarning, stacklevel=4
+            )
+
+
+def legacy_load_mode(use_mmap: bool | None, use_mlock: bool | None, use_direct_io: bool | None) -> int | None:
+    """Translate use_mmap/use_mlock/use_direct_io into a llama_load_mode (None: none given)."""
+    if use_mmap is None and use_mlock is None and use_direct_io is None:
+        return None
+    warnings.warn(
+        "use_mmap/use_mlock/use_direct_io are deprecated: pass load_mode=llama_load_mode.LLAMA_LOAD_MODE_*",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    if use_direct_io:
+        return lib.LLAMA_LOAD_MODE_DIRECT_IO
+    mmap = True if use_mmap is None else bool(use_mmap)
+    if use_mlock:
+        return lib.LLAMA_LOAD_MODE_MMAP_MLOCK if mmap else lib.LLAMA_LOAD_MODE_MLOCK
+    return lib.LLAMA_LOAD_MODE_MMAP if mmap else lib.LLAMA_LOAD_MODE_NONE
+
+
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        allowed = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+    return value
+
+
+def check_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def gpu_layers(value: Any) -> int:
+    """``"auto"`` -> -1 (llama.cpp decides), ``"all"`` -> -2, or a layer count."""
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key == "auto":
+            return -1
+        if key == "all":
+            return -2
+        try:
+            return int(key)
+        except ValueError:
+            raise ValueError(f"n_gpu_layers must be 'auto', 'all' or an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"n_gpu_layers must be 'auto', 'all' or an integer, got {type(value).__name__}")
+    return value
+
+
+def default_threads() -> tuple[int, int]:
+    """(generation, batch) thread counts: half the cores for generation, all for batches."""
+    cpus = os.cpu_count() or 1
+    return max(1, cpus // 2), cpus
+
+
+class KvOverrides:
+    """Native ``llama_model_kv_override`` array kept alive as long as the model params use it."""
+
+    def __init__(self, overrides: dict[str, Any]) -> None:
+        self.array = ffi.new("struct llama_model_kv_override[]", len(overrides) + 1)
+        for i, (key, value) in enumerate(overrides.items()):
+            raw = key.encode("utf-8")
+            if len(raw) >= 128:
+                raise ValueError(f"kv_overrides key {key!r} is longer than 127 bytes")
+            item = self.array[i]
+            item.key = raw
+            if isinstance(value, bool):
+                item.tag = lib.LLAMA_KV_OVERRIDE_TYPE_BOOL
+                item.val_bool = value
+            elif isinstance(value, int):
+                item.tag = lib.LLAMA_KV_OVERRIDE_TYPE_INT
+                item.val_i64 = value
+            elif isinstance(value, float):
+                item.tag = lib.LLAMA_KV_OVERRIDE_TYPE_FLOAT
+                item.val_f64 = value
+            elif isinstance(value, str):
+                data = value.encode("utf-8")
+                if len(data) >= 128:
+                    raise ValueError(f"kv_overrides[{key!r}] is longer than 127 bytes")
+                item.tag = lib.LLAMA_KV_OVERRIDE_TYPE_STR
+                item.val_str = data
+            else:
+                raise ValueError(f"kv_overrides[{key!r}] must be bool, int, float or str, got {type(value).__name__}")
+        self.array[len(overrides)].key = b""

@@ -1,0 +1,611 @@
+"""The ``Llama`` class: a facade over the model, context and sampler handles."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from llama_cpp_native import ffi, lib
+
+from . import _params as P
+from ._handles import NativeHandle, load_model, new_context
+from ._text import StopScanner
+from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams
+
+_SAMPLING_FIELDS = {f.name for f in SamplingParams.__attrs_attrs__}  # type: ignore[attr-defined]
+_GGUF_MAGIC = b"GGUF"
+
+
+def _check_model_file(path: Path) -> None:
+    """Errors a user can act on before llama.cpp sees the file (which only returns NULL)."""
+    if not path.exists():
+        raise FileNotFoundError(f"model file not found: {str(path)!r}")
+    if not path.is_file():
+        raise ValueError(f"model path is not a file: {str(path)!r}")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head != _GGUF_MAGIC:
+        raise ValueError(f"{str(path)!r} is not a GGUF file (it starts with {head!r}, a GGUF file with b'GGUF')")
+
+
+class Llama:
+    """A llama.cpp model and context, with llama-cpp-python's high-level API.
+
+    ``close()`` (or leaving a ``with`` block) frees everything the instance
+    created; any call afterwards raises ``RuntimeError``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        mmproj_path: str | None = None,
+        *,
+        # model parameters
+        n_gpu_layers: int | str = "auto",
+        split_mode: int = lib.LLAMA_SPLIT_MODE_LAYER,
+        main_gpu: int = 0,
+        tensor_split: Sequence[float] | None = None,
+        load_mode: int | None = None,
+        lazy_mode: int | None = None,
+        kv_overrides: dict[str, bool | int | float | str] | None = None,
+        vocab_only: bool = False,
+        check_tensors: bool = False,
+        use_extra_bufts: bool = True,
+        no_host: bool = False,
+        no_alloc: bool = False,
+        numa: bool | int = False,
+        # context parameters
+        seed: int = LLAMA_DEFAULT_SEED,
+        n_ctx: int = 512,
+        n_keep: int = 256,
+        n_batch: int = 2048,
+        n_ubatch: int = 512,
+        n_seq_max: int = 1,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        rope_scaling_type: int = lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+        pooling_type: int = lib.LLAMA_POOLING_TYPE_UNSPECIFIED,
+        attention_type: int = lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+        flash_attn_type: int = lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        rope_freq_base: float = 0.0,
+        rope_freq_scale: float = 0.0,
+        yarn_ext_factor: float = -1.0,
+        yarn_attn_factor: float = 1.0,
+        yarn_beta_fast: float = 32.0,
+        yarn_beta_slow: float = 1.0,
+        yarn_orig_ctx: int = 0,
+        logits_all: bool = False,
+        embeddings: bool = False,
+        offload_kqv: bool = True,
+        op_offload: bool | None = None,
+        swa_full: bool | None = None,
+        kv_unified: bool | None = None,
+        type_k: int | None = None,
+        type_v: int | None = None,
+        no_perf: bool = False,
+        last_n_tokens_size: int = 64,
+        # capabilities chosen from plugins
+        chat_format: str | None = None,
+        chat_handler: Any = None,
+        spm_infill: bool = False,
+        verbose: bool = True,
+        **legacy: Any,
+    ) -> None:
+        self._closed = True  # until fully constructed, close() has nothing to free
+        self._model: NativeHandle | None = None
+        self._ctx: NativeHandle | None = None
+        self._loras: list[NativeHandle] = []
+        known = [n for n in Llama.__init__.__code__.co_varnames[1:Llama.__init__.__code__.co_argcount
+                                                               + Llama.__init__.__code__.co_kwonlyargcount]]
+        P.reject_unknown(legacy, known)
+        P.warn_ignored(legacy)
+        if "embedding" in legacy:
+            embeddings = bool(legacy["embedding"]) or embeddings
+        mapped_load = P.legacy_load_mode(legacy.get("use_mmap"), legacy.get("use_mlock"), legacy.get("use_direct_io"))
+        if load_mode is None:
+            load_mode = mapped_load if mapped_load is not None else lib.LLAMA_LOAD_MODE_AUTO
+
+        path = Path(model_path)
+        _check_model_file(path)
+        self.model_path = str(path)
+        self.verbose = verbose
+
+        # model params
+        mparams = lib.llama_model_default_params()
+        mparams.n_gpu_layers = P.gpu_layers(n_gpu_layers)
+        mparams.split_mode = P.check_int("split_mode", int(split_mode), 0, 3)
+        mparams.main_gpu = P.check_int("main_gpu", main_gpu, 0)
+        mparams.load_mode = P.check_int("load_mode", int(load_mode), -1, 4)
+        if lazy_mode is not None:
+            mparams.lazy_mode = P.check_int("lazy_mode", int(lazy_mode), 0, 2)
+        self._tensor_split = None
+        if tensor_split is not None:
+            max_devices = lib.llama_max_devices()
+            if len(tensor_split) > max_devices:
+                raise ValueError(f"tensor_split has {len(tensor_split)} entries, at most {max_devices} are allowed")
+            self._tensor_split = ffi.new("float[]", [float(x) for x in tensor_split] + [0.0] * (max_devices - len(tensor_split)))
+            mparams.tensor_split = self._tensor_split
+        self._kv_overrides = None
+        if kv_overrides:
+            self._kv_overrides = P.KvOverrides(kv_overrides)
+            mparams.kv_overrides = self._kv_overrides.array
+        mparams.vocab_only = bool(vocab_only)
+        mparams.check_tensors = bool(check_tensors)
+        mparams.use_extra_bufts = bool(use_extra_bufts)
+        mparams.no_host = bool(no_host)
+        mparams.no_alloc = bool(no_alloc)
+
+        # context params
+        P.check_int("n_ctx", n_ctx, 0)
+        P.check_int("n_batch", n_batch, 1)
+        P.check_int("n_ubatch", n_ubatch, 1)
+        P.check_int("n_seq_max", n_seq_max, 1, 256)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        gen_threads, batch_threads = P.default_threads()
+        n_threads = gen_threads if n_threads is None or n_threads == -1 else P.check_int("n_threads", n_threads, 1)
+        n_threads_batch = (batch_threads if n_threads_batch is None or n_threads_batch == -1
+                           else P.check_int("n_threads_batch", n_threads_batch, 1))
+        self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF  # negative: random
+        self.n_keep = P.check_int("n_keep", n_keep, 0)
+        self.last_n_tokens_size = P.check_int("last_n_tokens_size", last_n_tokens_size, 0)
+        self.logits_all = bool(logits_all)
+        self.spm_infill = spm_infill
+        self.chat_format = chat_format
+        self.chat_handler = chat_handler
+
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch if n_ctx == 0 else min(n_ctx, n_batch)
+        cparams.n_ubatch = min(cparams.n_batch, n_ubatch)
+        cparams.n_seq_max = n_seq_max
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads_batch
+        cparams.rope_scaling_type = int(rope_scaling_type)
+        cparams.pooling_type = int(pooling_type)
+        cparams.attention_type = int(attention_type)
+        cparams.flash_attn_type = P.check_int("flash_attn_type", int(flash_attn_type), -1, 1)
+        cparams.rope_freq_base = P.check_float("rope_freq_base", rope_freq_base)
+        cparams.rope_freq_scale = P.check_float("rope_freq_scale", rope_freq_scale)
+        cparams.yarn_ext_factor = P.check_float("yarn_ext_factor", yarn_ext_factor)
+        cparams.yarn_attn_factor = P.check_float("yarn_attn_factor", yarn_attn_factor)
+        cparams.yarn_beta_fast = P.check_float("yarn_beta_fast", yarn_beta_fast)
+        cparams.yarn_beta_slow = P.check_float("yarn_beta_slow", yarn_beta_slow)
+        cparams.yarn_orig_ctx = P.check_int("yarn_orig_ctx", yarn_orig_ctx, 0)
+        cparams.embeddings = bool(embeddings)
+        cparams.offload_kqv = bool(offload_kqv)
+        cparams.no_perf = bool(no_perf)
+        for name, value in (("op_offload", op_offload), ("swa_full", swa_full), ("kv_unified", kv_unified)):
+            if value is not None:
+                setattr(cparams, name, bool(value))
+        if type_k is not None:
+            cparams.type_k = int(type_k)
+        if type_v is not None:
+            cparams.type_v = int(type_v)
+        if numa:
+            lib.llama_numa_init(lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa is True else int(numa))
+
+        self._model = load_model(path, mparams)
+        self._vocab = lib.llama_model_get_vocab(self._model.ptr)
+        self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
+        self.context_params = cparams
+        self.model_params = mparams
+        if not vocab_only:
+            self._ctx = new_context(self._model, cparams)
+        self._closed = False
+        self._tokens: list[int] = []  # the ledger: tokens whose state is in the KV cache
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
+        self._eog: list[int] | None = None
+        self._piece_buf = ffi.new("char[]", 256)
+        self._tok_buf = ffi.new("llama_token[]", 1)
+        self.metadata = self._read_metadata()
+        if legacy.get("lora_path"):
+            self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
+
+    # -- lifecycle ----------------------------------------------------------
+    def close(self) -> None:
+        """Free the context, the adapters and the model (idempotent)."""
+        self._closed = True
+        for handle in [self._ctx, *self._loras, self._model]:
+            if handle is not None:
+                handle.close()
+        self._loras = []
+
+    def __enter__(self) -> "Llama":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _live_ctx(self) -> Any:
+        if self._closed:
+            raise RuntimeError("this Llama instance is closed")
+        if self._ctx is None:
+            raise RuntimeError("this Llama instance was loaded with vocab_only=True and has no context")
+        return self._ctx.ptr
+
+    def _live_model(self) -> Any:
+        if self._closed:
+            raise RuntimeError("this Llama instance is closed")
+        return self._model.ptr  # type: ignore[union-attr]
+
+    def _apply_lora(self, path: str, scale: float) -> None:
+        adapter = lib.llama_adapter_lora_init(self._live_model(), str(path).encode("utf-8"))
+        if adapter == ffi.NULL:
+            raise ValueError(f"failed to load LoRA adapter from {str(path)!r}")
+        handle = NativeHandle(adapter, lib.llama_adapter_lora_free, "LoRA adapter")
+        self._loras.append(handle)
+        adapters = ffi.new("struct llama_adapter_lora *[]", [handle.ptr])
+        scales = ffi.new("float[]", [scale])
+        if lib.llama_set_adapters_lora(self._live_ctx(), adapters, 1, scales) != 0:
+            raise RuntimeError(f"failed to apply LoRA adapter {str(path)!r}")
+
+    # -- model information --------------------------------------------------
+    def _read_metadata(self) -> dict[str, str]:
+        """GGUF metadata as strings (untrusted: undecodable bytes are replaced)."""
+        model = self._live_model()
+        out: dict[str, str] = {}
+        buf_size = 1024
+        buf = ffi.new("char[]", buf_size)
+        for i in range(lib.llama_model_meta_count(model)):
+            n = lib.llama_model_meta_key_by_index(model, i, buf, buf_size)
+            if n < 0:
+                continue
+            key = ffi.string(buf, min(n, buf_size - 1)).decode("utf-8", "replace")
+            n = lib.llama_model_meta_val_str_by_index(model, i, buf, buf_size)
+            if n >= buf_size:
+                big = ffi.new("char[]", n + 1)
+                lib.llama_model_meta_val_str_by_index(model, i, big, n + 1)
+                value = ffi.string(big, n)
+            else:
+                value = ffi.string(buf, max(n, 0))
+            out[key] = value.decode("utf-8", "replace")
+        return out
+
+    def n_ctx(self) -> int:
+        return lib.llama_n_ctx(self._live_ctx())
+
+    def n_ctx_train(self) -> int:
+        return lib.llama_model_n_ctx_train(self._live_model())
+
+    def n_embd(self) -> int:
+        return lib.llama_model_n_embd(self._live_model())
+
+    def n_layer(self) -> int:
+        return lib.llama_model_n_layer(self._live_model())
+
+    def n_head(self) -> int:
+        return lib.llama_model_n_head(self._live_model())
+
+    def n_vocab(self) -> int:
+        self._live_model()
+        return self._n_vocab
+
+    def n_params(self) -> int:
+        return lib.llama_model_n_params(self._live_model())
+
+    def token_bos(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_bos(self._vocab)
+
+    def token_eos(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_eos(self._vocab)
+
+    def token_eot(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_eot(self._vocab)
+
+    def token_sep(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_sep(self._vocab)
+
+    def token_nl(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_nl(self._vocab)
+
+    def token_pad(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_pad(self._vocab)
+
+    def _eog_tokens(self) -> list[int]:
+        if self._eog is None:
+            vocab = self._vocab
+            self._eog = [t for t in range(self._n_vocab) if lib.llama_vocab_is_eog(vocab, t)]
+        return self._eog
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        return np.asarray(self._tokens, dtype=np.intc)
+
+    # -- tokens ---------------------------------------------------------------
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of ``text`` (bytes, as in llama-cpp-python)."""
+        if isinstance(text, str):
+            raise TypeError("tokenize() takes bytes; encode the text first (text.encode('utf-8'))")
+        self._live_model()
+        capacity = len(text) + 2
+        buf = ffi.new("llama_token[]", capacity)
+        n = lib.llama_tokenize(self._vocab, text, len(text), buf, capacity, add_bos, special)
+        if n < 0:
+            capacity = -n
+            buf = ffi.new("llama_token[]", capacity)
+            n = lib.llama_tokenize(self._vocab, text, len(text), buf, capacity, add_bos, special)
+            if n < 0:
+                raise RuntimeError(f"tokenization failed for {len(text)} bytes")
+        return list(buf[0:n])
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        n = lib.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, special)
+        if n < 0:
+            big = ffi.new("char[]", -n)
+            n = lib.llama_token_to_piece(self._vocab, token, big, -n, 0, special)
+            return ffi.buffer(big, n)[:]
+        return ffi.buffer(self._piece_buf, n)[:]
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        """The bytes of ``tokens``; with ``prev_tokens``, as they continue that text."""
+        self._live_model()
+        for t in tokens:
+            if not 0 <= t < self._n_vocab:
+                raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
+        return b"".join(self._piece(t, special) for t in tokens)
+
+    # -- evaluation -----------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the evaluated tokens and clear the KV cache."""
+        ctx = self._live_ctx()
+        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+        self._tokens = []
+
+    def set_seed(self, seed: int) -> None:
+        self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
+
+    def abort(self) -> None:
+        """Stop a running generation from another thread (finish_reason "abort")."""
+        self._abort.set()
+
+    def _decode(self, tokens: Sequence[int]) -> None:
+        ctx = self._live_ctx()
+        n_batch = self.context_params.n_batch
+        for start in range(0, len(tokens), n_batch):
+            chunk = tokens[start:start + n_batch]
+            arr = ffi.new("llama_token[]", chunk)
+            rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
+            self._tokens.extend(chunk)
+
+    def _shift_context(self, incoming: int) -> None:
+        """Make room for ``incoming`` tokens by discarding old ones after the first n_keep."""
+        ctx = self._live_ctx()
+        n_ctx = self.n_ctx()
+        mem = lib.llama_get_memory(ctx)
+        if not lib.llama_memory_can_shift(mem):
+            raise RuntimeError(
+                f"the context is full ({len(self._tokens)} + {incoming} > n_ctx {n_ctx}) and this model's "
+                "memory cannot shift; increase n_ctx"
+            )
+        n_past = len(self._tokens)
+        keep = min(self.n_keep, n_past)
+        discard = max(n_past + incoming - n_ctx, (n_past - keep) // 2)
+        lib.llama_memory_seq_rm(mem, 0, keep, keep + discard)
+        lib.llama_memory_seq_add(mem, 0, keep + discard, -1, -discard)
+        del self._tokens[keep:keep + discard]
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after those already in the context."""
+        for t in tokens:
+            if not 0 <= t < self._n_vocab:
+                raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
+        if len(self._tokens) + len(tokens) > self.n_ctx():
+            if len(tokens) > self.n_ctx():
+                raise ValueError(f"{len(tokens)} tokens do not fit in the context window of {self.n_ctx()}")
+            self._shift_context(len(tokens))
+        self._decode(tokens)
+
+    def _prepare(self, tokens: Sequence[int]) -> None:
+        """Reuse the longest common prefix with the KV cache, evaluate the rest."""
+        ctx = self._live_ctx()
+        prefix = 0
+        for a, b in zip(self._tokens, tokens):
+            if a != b:
+                break
+            prefix += 1
+        if prefix == len(tokens):
+            prefix -= 1  # the last token must be evaluated again to get its logits
+        if prefix < len(self._tokens):
+            mem = lib.llama_get_memory(ctx)
+            if prefix <= 0 or not lib.llama_memory_seq_rm(mem, 0, prefix, -1):
+                lib.llama_memory_clear(mem, True)
+                prefix = 0
+            del self._tokens[prefix:]
+        self.eval(tokens[prefix:])
+
+    def _sampling(self, overrides: dict[str, Any]) -> SamplingParams:
+        values = {k: v for k, v in overrides.items() if v is not None}
+        if values.get("seed") is None:
+            values["seed"] = self._seed
+        elif values["seed"] < 0:
+            values["seed"] = LLAMA_DEFAULT_SEED
+        return SamplingParams(**values)
+
+    def _chain(self, params: SamplingParams) -> SamplerChain:
+        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab,
+                                         n_ctx=self.n_ctx(), eog_tokens=self._eog_tokens() if params.ignore_eos else ()))
+
+    def generate(self, tokens: Sequence[int], *, reset: bool = True, **sampling: Any) -> Iterator[int]:
+        """Yield sampled tokens after evaluating ``tokens``, until an end-of-generation token.
+
+        Sampling keywords are those of :class:`~llama_cpp.sampling.SamplingParams`
+        (``temp`` is accepted for ``temperature``).
+        """
+        if "temp" in sampling:
+            sampling["temperature"] = sampling.pop("temp")
+        params = self._sampling(sampling)
+        return self._generate(list(tokens), params, reset)
+
+    def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True) -> Iterator[int]:
+        ctx = self._live_ctx()
+        if not self._lock.acquire(blocking=False):
+            raise RuntimeError("another generation is already running on this Llama instance")
+        try:
+            self._abort.clear()
+            if reset:
+                self._prepare(tokens)
+            else:
+                self.eval(tokens)
+            chain = self._chain(params)
+            try:
+                vocab = self._vocab
+                tok_buf = self._tok_buf
+                n_ctx = self.n_ctx()
+                ledger = self._tokens
+                while not self._abort.is_set():
+                    token = lib.llama_sampler_sample(chain.ptr, ctx, -1)
+                    if lib.llama_vocab_is_eog(vocab, token) and not params.ignore_eos:
+                        return
+                    yield token
+                    if len(ledger) + 1 > n_ctx:
+                        self._shift_context(1)
+                        ledger = self._tokens
+                    tok_buf[0] = token
+                    rc = lib.llama_decode(ctx, lib.llama_batch_get_one(tok_buf, 1))
+                    if rc != 0:
+                        raise RuntimeError(f"llama_decode failed ({rc})")
+                    ledger.append(token)
+            finally:
+                chain.close()
+        finally:
+            self._lock.release()
+
+    # -- completion -------------------------------------------------------------
+    def create_completion(
+        self,
+        prompt: str | list[int],
+        suffix: str | None = None,
+        max_tokens: int | None = 16,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        echo: bool = False,
+        stop: str | list[str] | None = None,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        repeat_penalty: float = 1.0,
+        top_k: int = 40,
+        stream: bool = False,
+        seed: int | None = None,
+        model: str | None = None,
+        logit_bias: dict[int, float] | None = None,
+        ignore_eos: bool = False,
+        penalty_last_n: int | None = None,
+        **sampling: Any,
+    ) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """Complete ``prompt`` in the OpenAI text_completion shape (a chunk iterator with ``stream``)."""
+        unknown = set(sampling) - _SAMPLING_FIELDS
+        if unknown:
+            raise TypeError(f"create_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        if suffix is not None:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by this build of llama_cpp yet")
+        params = self._sampling(dict(
+            temperature=temperature, top_p=top_p, min_p=min_p, typical_p=typical_p, top_k=top_k,
+            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
+            seed=seed, logit_bias=logit_bias, ignore_eos=ignore_eos, penalty_last_n=penalty_last_n, **sampling,
+        ))
+        ctx_ptr = self._live_ctx()
+        if isinstance(prompt, str):
+            prompt_text = prompt
+            add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
+            prompt_tokens = self.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+        else:
+            prompt_tokens = list(prompt)
+            prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "replace")
+        if not prompt_tokens:
+            prompt_tokens = [self.token_bos()]
+        n_ctx = lib.llama_n_ctx(ctx_ptr)
+        if len(prompt_tokens) >= n_ctx:
+            raise ValueError(f"the prompt has {len(prompt_tokens)} tokens, more than fit in the context window "
+                             f"of {n_ctx} tokens (n_ctx)")
+        room = n_ctx - len(prompt_tokens)
+        if max_tokens is None or max_tokens <= 0 or max_tokens > room:
+            max_tokens = room
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        chunks = self._completion_events(prompt_tokens, prompt_text, params, max_tokens, stops, echo,
+                                         model or self.model_path)
+        if stream:
+            return chunks
+        text_parts: list[str] = []
+        final: dict[str, Any] = {}
+        for chunk in chunks:
+            text_parts.append(chunk["choices"][0]["text"])
+            final = chunk
+        completion = final
+        completion["choices"][0]["text"] = "".join(text_parts)
+        return completion
+
+    def _completion_events(self, prompt_tokens: list[int], prompt_text: str, params: SamplingParams,
+                           max_tokens: int, stops: list[str], echo: bool, model: str) -> Iterator[dict[str, Any]]:
+        completion_id = f"cmpl-{uuid.uuid4()}"
+        created = int(time.time())
+
+        def chunk(text: str, finish: str | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "id": completion_id, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
+            }
+            if usage is not None:
+                out["usage"] = usage
+            return out
+
+        scanner = StopScanner(stops)
+        if echo:
+            yield chunk(prompt_text, None)
+        finish = "length"
+        n_generated = 0
+        gen = self._generate(prompt_tokens, params)
+        try:
+            if max_tokens > 0:
+                for token in gen:
+                    n_generated += 1
+                    out, hit = scanner.feed(self._piece(token))
+                    if out:
+                        yield chunk(out.decode("utf-8", "replace"), None)
+                    if hit:
+                        finish = "stop"
+                        break
+                    if n_generated >= max_tokens:
+                        break
+                else:
+                    finish = "abort" if self._abort.is_set() else "stop"
+        finally:
+            gen.close()
+        rest = scanner.flush()  # held-back bytes: a partial stop string or incomplete UTF-8
+        if rest:
+            yield chunk(rest.decode("utf-8", "replace"), None)
+        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_generated,
+                 "total_tokens": len(prompt_tokens) + n_generated}
+        yield chunk("", finish, usage)
+
+    def __call__(self, prompt: str, suffix: str | None = None, max_tokens: int | None = 128,
+                 **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+        """``create_completion`` with llama-cpp-python's ``__call__`` default of 128 tokens."""
+        return self.create_completion(prompt, suffix=suffix, max_tokens=max_tokens, **kwargs)
+

@@ -1,0 +1,18 @@
+"""The plugin host of llama_cpp (pluggy project and entry-point group ``llama_cpp``)."""
+
+from .hookspecs import hookimpl, hookspec
+from .host import PluginHost, PluginInfo, get_host
+from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
+
+__all__ = [
+    "CacheStrategy",
+    "ChatFormat",
+    "MultimodalHandler",
+    "PluginHost",
+    "PluginInfo",
+    "SamplerStage",
+    "SpeculativeEngine",
+    "get_host",
+    "hookimpl",
+    "hookspec",
+]

@@ -1,0 +1,107 @@
+"""The hooks a ``llama_cpp`` plugin implements.
+
+A plugin is a module (or object) with functions decorated by
+``llama_cpp.hookimpl``, exposed through an entry point in the ``llama_cpp``
+group::
+
+    # pyproject.toml of a plugin distribution
+    [project.entry-points.llama_cpp]
+    my_plugin = "my_plugin"
+
+Registration hooks return records (:mod:`llama_cpp.plugins.records`); the
+registry collects them, rejects duplicate names, and lets users choose one by
+name.  Every hook below is optional.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import pluggy
+
+from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
+
+PROJECT = "llama_cpp"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def llama_cpp_sampler_stages() -> Iterable[SamplerStage]:
+    """Stages of the native sampler chain.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_sampler_stages():
+            def build(ctx):
+                k = ctx.params.extra.get("my_top_k", 5)
+                return [ctx.lib.llama_sampler_init_top_k(k)]
+            return [SamplerStage(name="my_top_k", build=build, order=35, default=False)]
+    """
+
+
+@hookspec
+def llama_cpp_chat_formats() -> Iterable[ChatFormat]:
+    """Chat formats, chosen with ``Llama(chat_format=name)``.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_chat_formats():
+            return [ChatFormat(name="my-format", handler=my_handler)]
+    """
+
+
+@hookspec(firstresult=True)
+def llama_cpp_chat_format_from_metadata(metadata: Mapping[str, str]) -> str | None:
+    """Claim a chat format for a model from its GGUF metadata (first answer wins).
+
+    How a plugin for a new model family makes ``Llama(model_path)`` pick its
+    format without the user naming it.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_chat_format_from_metadata(metadata):
+            if metadata.get("general.architecture") == "my-arch":
+                return "my-format"
+            return None
+    """
+
+
+@hookspec
+def llama_cpp_multimodal_handlers() -> Iterable[MultimodalHandler]:
+    """Multimodal chat handlers, by name.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_multimodal_handlers():
+            return [MultimodalHandler(name="my-vlm", factory=MyVLMChatHandler)]
+    """
+
+
+@hookspec
+def llama_cpp_speculative_engines() -> Iterable[SpeculativeEngine]:
+    """Speculative decoding engines, chosen with ``Llama(speculative={"engine": name})``.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_speculative_engines():
+            return [SpeculativeEngine(name="my-draft", factory=MyEngine)]
+    """
+
+
+@hookspec
+def llama_cpp_cache_strategies() -> Iterable[CacheStrategy]:
+    """Prompt cache strategies, chosen with ``Llama(cache={"strategy": name})``.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_cache_strategies():
+            return [CacheStrategy(name="my-cache", factory=MyCache)]
+    """

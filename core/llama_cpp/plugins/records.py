@@ -1,0 +1,78 @@
+"""The named, typed records that plugins return from the registration hooks.
+
+A record is what the registry stores and what users choose by name
+(``chat_format="chatml"``, ``speculative={"engine": "ngram-k"}``...).  The
+core owns these contracts; plugins only fill them in.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+
+
+def _valid_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not value or value != value.strip():
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-empty name, got {value!r}")
+
+
+@attrs.frozen
+class SamplerStage:
+    """One stage of the native sampler chain.
+
+    ``build(ctx)`` returns the native ``llama_sampler *`` objects to append
+    (the chain takes ownership), or an empty list when the stage is inactive
+    for these parameters (``top_k <= 0``...).  ``order`` places the stage in
+    the default chain (lower runs first); ``default=False`` stages run only
+    when a call names them in ``extra_samplers`` (or lists them in
+    ``samplers``).  ``final`` stages select the token: exactly one runs, the
+    first whose ``build`` returns samplers.
+    """
+
+    name: str = attrs.field(validator=_valid_name)
+    build: Callable[[Any], Iterable[Any]]
+    order: float = 0.0
+    default: bool = True
+    final: bool = False
+    description: str = ""
+
+
+@attrs.frozen
+class ChatFormat:
+    """A chat format: ``handler`` is called like llama-cpp-python's chat handlers."""
+
+    name: str = attrs.field(validator=_valid_name)
+    handler: Callable[..., Any]
+    description: str = ""
+
+
+@attrs.frozen
+class MultimodalHandler:
+    """A multimodal chat handler class (``chat_handler=...``) chosen by name."""
+
+    name: str = attrs.field(validator=_valid_name)
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@attrs.frozen
+class SpeculativeEngine:
+    """A speculative decoding engine: ``factory(llama, **options)`` returns the engine."""
+
+    name: str = attrs.field(validator=_valid_name)
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+@attrs.frozen
+class CacheStrategy:
+    """A prompt cache: ``factory(**options)`` returns a cache object."""
+
+    name: str = attrs.field(validator=_valid_name)
+    factory: Callable[..., Any]
+    description: str = ""
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy)

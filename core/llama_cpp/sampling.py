@@ -1,0 +1,171 @@
+"""Sampling parameters and the native sampler chain built from registered stages.
+
+The core knows no sampler: the stages (``top_k``, ``temperature``, ``dist``...)
+come from plugins through the ``llama_cpp_sampler_stages`` hook, the built-in
+ones from the samplers plugin.  A chain is built once per generation, entirely
+of llama.cpp's native samplers, so sampling costs no Python per token.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import attrs
+from llama_cpp_native import ffi, lib
+
+from .plugins import SamplerStage, get_host
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+
+def _finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ValueError(f"{attribute.name} must be a number, got {value!r}")
+
+
+def _in_range(lo: float | None = None, hi: float | None = None):
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        _finite_number(instance, attribute, value)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            bounds = f"{'' if lo is None else lo}..{'' if hi is None else hi}"
+            raise ValueError(f"{attribute.name} must be in {bounds}, got {value!r}")
+
+    return check
+
+
+def _int(lo: int | None = None):
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{attribute.name} must be an integer, got {value!r}")
+        if lo is not None and value < lo:
+            raise ValueError(f"{attribute.name} must be >= {lo}, got {value!r}")
+
+    return check
+
+
+def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise ValueError(f"logit_bias must be a mapping of token id to bias, got {type(value).__name__}")
+    for token, bias in value.items():
+        if isinstance(token, bool) or not isinstance(token, int) and not (isinstance(token, str) and token.isdigit()):
+            raise ValueError(f"logit_bias keys must be token ids, got {token!r}")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+            raise ValueError(f"logit_bias values must be numbers, got {bias!r} for token {token!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SamplingParams:
+    """Every sampling parameter of the seed API, with the seed's defaults, validated."""
+
+    temperature: float = attrs.field(default=0.8, validator=_finite_number)
+    top_k: int = attrs.field(default=40, validator=_int())
+    top_p: float = attrs.field(default=0.95, validator=_in_range(0.0, 1.0))
+    min_p: float = attrs.field(default=0.05, validator=_in_range(0.0, 1.0))
+    typical_p: float = attrs.field(default=1.0, validator=_in_range(0.0, 1.0))
+    min_keep: int = attrs.field(default=0, validator=_int(0))
+    top_n_sigma: float = attrs.field(default=-1.0, validator=_finite_number)
+    dynatemp_range: float = attrs.field(default=0.0, validator=_in_range(0.0))
+    dynatemp_exponent: float = attrs.field(default=1.0, validator=_finite_number)
+    penalty_last_n: int = attrs.field(default=64, validator=_int(-1))
+    repeat_penalty: float = attrs.field(default=1.0, validator=_in_range(0.0))
+    frequency_penalty: float = attrs.field(default=0.0, validator=_finite_number)
+    presence_penalty: float = attrs.field(default=0.0, validator=_finite_number)
+    mirostat_mode: int = attrs.field(default=0, validator=attrs.validators.in_([0, 1, 2]))
+    mirostat_tau: float = attrs.field(default=5.0, validator=_finite_number)
+    mirostat_eta: float = attrs.field(default=0.1, validator=_finite_number)
+    xtc_probability: float = attrs.field(default=0.0, validator=_in_range(0.0, 1.0))
+    xtc_threshold: float = attrs.field(default=0.1, validator=_in_range(0.0, 1.0))
+    adaptive_target: float = attrs.field(default=-1.0, validator=_finite_number)
+    adaptive_decay: float = attrs.field(default=0.9, validator=_in_range(0.0, 1.0))
+    dry_multiplier: float = attrs.field(default=0.0, validator=_in_range(0.0))
+    dry_base: float = attrs.field(default=1.75, validator=_finite_number)
+    dry_allowed_length: int = attrs.field(default=2, validator=_int(0))
+    dry_penalty_last_n: int = attrs.field(default=64, validator=_int(-1))
+    dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=tuple)
+    logit_bias: Mapping[int, float] | None = attrs.field(default=None, validator=_logit_bias)
+    ignore_eos: bool = False
+    seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int())
+    samplers: tuple[str, ...] | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else tuple(v)
+    )
+    extra_samplers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+@attrs.frozen
+class ChainContext:
+    """What a stage's ``build`` sees: the parameters and the model it samples for."""
+
+    params: SamplingParams
+    vocab: Any  # const struct llama_vocab *
+    n_vocab: int
+    n_ctx: int
+    eog_tokens: Sequence[int]
+    lib: Any = lib
+    ffi: Any = ffi
+
+
+def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[SamplerStage]]:
+    host = get_host()
+    stages = host.records(SamplerStage)
+    filters = {n: s for n, s in stages.items() if not s.final}
+    finals = sorted((s for s in stages.values() if s.final), key=lambda s: s.order)
+    if params.samplers is not None:
+        chosen = [host.choose(SamplerStage, name) for name in params.samplers]
+        if any(s.final for s in chosen):
+            raise ValueError("samplers lists filter stages only; the final stage follows from temperature/mirostat")
+    else:
+        chosen = [s for s in filters.values() if s.default]
+        for name in params.extra_samplers:
+            stage = host.choose(SamplerStage, name)
+            if stage not in chosen:
+                chosen.append(stage)
+        chosen.sort(key=lambda s: s.order)
+    return chosen, finals
+
+
+class SamplerChain:
+    """An owned native ``llama_sampler`` chain."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ctx: ChainContext) -> None:
+        sparams = lib.llama_sampler_chain_default_params()
+        sparams.no_perf = True
+        self.ptr = lib.llama_sampler_chain_init(sparams)
+        try:
+            filters, finals = _ordered_stages(ctx.params)
+            for stage in filters:
+                for smpl in stage.build(ctx) or ():
+                    lib.llama_sampler_chain_add(self.ptr, smpl)
+            for stage in finals:
+                built = list(stage.build(ctx) or ())
+                if built:
+                    for smpl in built:
+                        lib.llama_sampler_chain_add(self.ptr, smpl)
+                    break
+            else:
+                raise RuntimeError("no final sampler stage is registered (is the samplers plugin installed?)")
+        except BaseException:
+            self.close()
+            raise
+
+    def sample(self, ctx_ptr: Any, idx: int = -1) -> int:
+        return lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
+
+    def accept(self, token: int) -> None:
+        lib.llama_sampler_accept(self.ptr, token)
+
+    def close(self) -> None:
+        ptr, self.ptr = self.ptr, None
+        if ptr is not None:
+            lib.llama_sampler_free(ptr)
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,144 @@
+"""The standard sampler chain of llama_cpp as plugin stages over llama.cpp's native samplers.
+
+Each stage turns the call's :class:`llama_cpp.sampling.SamplingParams` into
+zero or more native ``llama_sampler`` objects.  ``order`` leaves gaps of ten so
+that a third-party stage can be registered between two built-in ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_cpp import hookimpl
+from llama_cpp.plugins import SamplerStage
+
+
+def _logit_bias(ctx: Any) -> list[Any]:
+    """User biases plus, with ``ignore_eos``, -inf on every end-of-generation token.
+
+    Applied once, as the first stage (the reference applied it twice).
+    """
+    p = ctx.params
+    bias: dict[int, float] = {}
+    for token, value in (p.logit_bias or {}).items():
+        token = int(token)
+        if not 0 <= token < ctx.n_vocab:
+            raise ValueError(f"logit_bias token id {token} is outside the vocabulary (0..{ctx.n_vocab - 1})")
+        bias[token] = bias.get(token, 0.0) + float(value)
+    if p.ignore_eos:
+        for token in ctx.eog_tokens:
+            bias[token] = float("-inf")
+    if not bias:
+        return []
+    arr = ctx.ffi.new("llama_logit_bias[]", len(bias))
+    for i, (token, value) in enumerate(bias.items()):
+        arr[i].token = token
+        arr[i].bias = value
+    return [ctx.lib.llama_sampler_init_logit_bias(ctx.n_vocab, len(bias), arr)]
+
+
+def _penalties(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
+        return []
+    last_n = ctx.n_ctx if p.penalty_last_n == -1 else p.penalty_last_n  # -1 = the whole context
+    if last_n == 0:
+        return []
+    return [ctx.lib.llama_sampler_init_penalties(last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty)]
+
+
+def _dry(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.dry_multiplier <= 0.0:
+        return []
+    breakers = [ctx.ffi.new("char[]", s.encode("utf-8")) for s in p.dry_seq_breakers]
+    arr = ctx.ffi.new("char *[]", breakers)
+    last_n = ctx.n_ctx if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n
+    return [ctx.lib.llama_sampler_init_dry(ctx.vocab, p.dry_multiplier, p.dry_base,
+                                           p.dry_allowed_length, last_n, arr, len(breakers))]
+
+
+def _top_n_sigma(ctx: Any) -> list[Any]:
+    n = ctx.params.top_n_sigma
+    return [ctx.lib.llama_sampler_init_top_n_sigma(n)] if n > 0 and not ctx.params.greedy else []
+
+
+def _top_k(ctx: Any) -> list[Any]:
+    k = ctx.params.top_k
+    return [ctx.lib.llama_sampler_init_top_k(k)] if 0 < k < ctx.n_vocab else []
+
+
+def _typical(ctx: Any) -> list[Any]:
+    p = ctx.params
+    return [ctx.lib.llama_sampler_init_typical(p.typical_p, p.min_keep)] if p.typical_p < 1.0 and not p.greedy else []
+
+
+def _top_p(ctx: Any) -> list[Any]:
+    p = ctx.params
+    return [ctx.lib.llama_sampler_init_top_p(p.top_p, p.min_keep)] if p.top_p < 1.0 and not p.greedy else []
+
+
+def _min_p(ctx: Any) -> list[Any]:
+    p = ctx.params
+    return [ctx.lib.llama_sampler_init_min_p(p.min_p, p.min_keep)] if p.min_p > 0.0 and not p.greedy else []
+
+
+def _xtc(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.xtc_probability <= 0.0 or p.greedy:
+        return []
+    return [ctx.lib.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, p.min_keep, p.seed)]
+
+
+def _temperature(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.greedy or p.mirostat_mode:
+        return []  # greedy ignores temperature; mirostat applies its own below
+    if p.dynatemp_range > 0.0:
+        return [ctx.lib.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)]
+    return [ctx.lib.llama_sampler_init_temp(p.temperature)] if p.temperature != 1.0 else []
+
+
+def _mirostat(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.greedy or p.mirostat_mode == 0:
+        return []
+    temp = [ctx.lib.llama_sampler_init_temp(p.temperature)]
+    if p.mirostat_mode == 1:
+        return temp + [ctx.lib.llama_sampler_init_mirostat(ctx.n_vocab, p.seed, p.mirostat_tau, p.mirostat_eta, 100)]
+    return temp + [ctx.lib.llama_sampler_init_mirostat_v2(p.seed, p.mirostat_tau, p.mirostat_eta)]
+
+
+def _adaptive_p(ctx: Any) -> list[Any]:
+    p = ctx.params
+    if p.greedy or p.adaptive_target < 0.0:
+        return []
+    return [ctx.lib.llama_sampler_init_adaptive_p(p.adaptive_target, p.adaptive_decay, p.seed)]
+
+
+def _greedy(ctx: Any) -> list[Any]:
+    return [ctx.lib.llama_sampler_init_greedy()] if ctx.params.greedy else []
+
+
+def _dist(ctx: Any) -> list[Any]:
+    return [ctx.lib.llama_sampler_init_dist(ctx.params.seed)]
+
+
+@hookimpl
+def llama_cpp_sampler_stages() -> list[SamplerStage]:
+    return [
+        SamplerStage("logit_bias", _logit_bias, order=0, description="per-token biases; -inf on EOG with ignore_eos"),
+        SamplerStage("penalties", _penalties, order=10, description="repeat/frequency/presence over penalty_last_n"),
+        SamplerStage("dry", _dry, order=20, description="DRY repetition penalty"),
+        SamplerStage("top_n_sigma", _top_n_sigma, order=30, description="keep logits within n sigma of the max"),
+        SamplerStage("top_k", _top_k, order=40, description="keep the k most likely tokens"),
+        SamplerStage("typical_p", _typical, order=50, description="locally typical sampling"),
+        SamplerStage("top_p", _top_p, order=60, description="nucleus sampling"),
+        SamplerStage("min_p", _min_p, order=70, description="drop tokens below min_p x the top probability"),
+        SamplerStage("xtc", _xtc, order=80, description="exclude top choices (seeded)"),
+        SamplerStage("temperature", _temperature, order=90, description="temperature, dynamic with dynatemp_range"),
+        SamplerStage("mirostat", _mirostat, order=0, final=True, description="mirostat v1/v2 (mirostat_mode)"),
+        SamplerStage("adaptive_p", _adaptive_p, order=10, final=True, description="adaptive-p towards adaptive_target"),
+        SamplerStage("greedy", _greedy, order=20, final=True, description="argmax at temperature <= 0"),
+        SamplerStage("dist", _dist, order=30, final=True, description="seeded sampling from the distribution"),
+    ]
