@@ -11,6 +11,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from llama_cpp_native import ffi, lib
 
+from . import _logger
 from . import _params as P
 from ._handles import NativeHandle, load_model, new_context
 from ._text import StopScanner
@@ -93,6 +94,9 @@ class Llama:
         chat_handler: Any = None,
         spm_infill: bool = False,
         verbose: bool = True,
+        verbosity: int | str | None = None,
+        log_filters: Sequence[str] | None = None,
+        log_filters_case_sensitive: bool = True,
         **legacy: Any,
     ) -> None:
         self._closed = True  # until fully constructed, close() has nothing to free
@@ -109,6 +113,10 @@ class Llama:
         if load_mode is None:
             load_mode = mapped_load if mapped_load is not None else lib.LLAMA_LOAD_MODE_AUTO
 
+        # process-global, as llama.cpp's log callback is: verbose=False silences all but errors
+        if verbosity is not None or not verbose or log_filters is not None:
+            _logger.configure_logging(verbosity=verbosity, verbose=None if verbose else False,
+                                      log_filters=log_filters, log_filters_case_sensitive=log_filters_case_sensitive)
         path = Path(model_path)
         _check_model_file(path)
         self.model_path = str(path)
@@ -376,6 +384,30 @@ class Llama:
 
     def set_seed(self, seed: int) -> None:
         self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
+
+    # logging (process-global, see llama_cpp._logger)
+    def set_verbosity(self, verbosity: int | str | bool) -> int:
+        level = _logger.set_verbosity(verbosity)
+        self.verbose = level >= 3
+        return level
+
+    def get_verbosity(self) -> int:
+        return _logger.get_verbosity()
+
+    def set_log_filters(self, filters: Sequence[str], *, case_sensitive: bool = True) -> None:
+        _logger.set_log_filters(filters, case_sensitive=case_sensitive)
+
+    def add_log_filters(self, filters: Sequence[str]) -> None:
+        _logger.add_log_filters(filters)
+
+    def get_log_filters(self) -> list[str]:
+        return _logger.get_log_filters()
+
+    def clear_log_filters(self) -> None:
+        _logger.clear_log_filters()
+
+    def reset_log_filters(self) -> None:
+        _logger.reset_log_filters()
 
     def abort(self) -> None:
         """Stop a running generation from another thread (finish_reason "abort")."""

@@ -1,0 +1,66 @@
+"""Greedy completion equals llama.cpp's llama-completion, token for token.
+
+Same model, prompt, context size and threads; llama-completion decodes the
+prompt in one call and then one token per call, as Llama does.  Each of our
+tokens' pieces is checked in order against llama-completion's text, so a
+different token anywhere fails even if the texts happened to agree later.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from oracle import llama_completion
+
+from llama_cpp import Llama
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "def fibonacci(n):",
+    "Here is a list of the planets of the solar system:",
+    "Q: What is the boiling point of water? A:",
+    "Les mots les plus utilisés en français sont",
+]
+N_PREDICT = 48
+
+
+def _check_against_oracle(model_path: Path, n_predict: int) -> None:
+    llm = Llama(str(model_path), n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False)
+    try:
+        for prompt in PROMPTS:
+            expected = llama_completion(model_path, prompt, n_predict)
+            prompt_tokens = llm.tokenize(prompt.encode(), add_bos=True, special=True)
+            produced = b""
+            for i, token in enumerate(llm.generate(prompt_tokens, temperature=0.0)):
+                if i >= n_predict:
+                    break
+                piece = llm.detokenize([token])
+                assert expected.startswith(produced + piece), (
+                    f"token {i} ({token}, {piece!r}) differs from llama-completion for {prompt!r}:\n"
+                    f"ours:   {produced + piece!r}\nnative: {expected!r}"
+                )
+                produced += piece
+            assert produced == expected, f"{prompt!r}: ours {produced!r} != native {expected!r}"
+    finally:
+        llm.close()
+
+
+def test_tiny_model_greedy_equals_llama_completion(tiny_model_path: Path) -> None:
+    _check_against_oracle(tiny_model_path, N_PREDICT)
+
+
+def test_smollm2_greedy_equals_llama_completion(smollm2_model_path: Path) -> None:
+    _check_against_oracle(smollm2_model_path, N_PREDICT)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_create_completion_text_equals_llama_completion(smollm2_model_path: Path, prompt: str) -> None:
+    expected = llama_completion(smollm2_model_path, prompt, 24).decode("utf-8")
+    with Llama(str(smollm2_model_path), n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False) as llm:
+        out = llm.create_completion(prompt, max_tokens=24, temperature=0.0)
+        assert out["choices"][0]["text"] == expected
+        streamed = "".join(c["choices"][0]["text"] for c in llm.create_completion(
+            prompt, max_tokens=24, temperature=0.0, stream=True))
+        assert streamed == expected
