@@ -38,3 +38,11 @@ def lint(session: nox.Session) -> None:
     """Static checks."""
     session.install("ruff")
     session.run("ruff", "check", "native", "core", "tests", "noxfile.py")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Ratios of llama_cpp's speed to llama.cpp's own tools, same source and threads."""
+    _install(session, "[test]")
+    session.run("python", "-m", "llama_cpp_native", "build-tools")
+    session.run("python", "benchmarks/bench.py", *session.posargs)

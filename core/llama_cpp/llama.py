@@ -507,18 +507,23 @@ class Llama:
             try:
                 vocab = self._vocab
                 tok_buf = self._tok_buf
+                one = lib.llama_batch_get_one(tok_buf, 1)  # reused: it points at tok_buf
+                sample, decode, is_eog = lib.llama_sampler_sample, lib.llama_decode, lib.llama_vocab_is_eog
+                chain_ptr = chain.ptr
+                stop_on_eog = not params.ignore_eos
+                aborted = self._abort.is_set
                 n_ctx = self.n_ctx()
                 ledger = self._tokens
-                while not self._abort.is_set():
-                    token = lib.llama_sampler_sample(chain.ptr, ctx, -1)
-                    if lib.llama_vocab_is_eog(vocab, token) and not params.ignore_eos:
+                while not aborted():
+                    token = sample(chain_ptr, ctx, -1)
+                    if stop_on_eog and is_eog(vocab, token):
                         return
                     yield token
                     if len(ledger) + 1 > n_ctx:
                         self._shift_context(1)
                         ledger = self._tokens
                     tok_buf[0] = token
-                    rc = lib.llama_decode(ctx, lib.llama_batch_get_one(tok_buf, 1))
+                    rc = decode(ctx, one)
                     if rc != 0:
                         raise RuntimeError(f"llama_decode failed ({rc})")
                     ledger.append(token)

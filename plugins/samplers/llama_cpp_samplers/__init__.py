@@ -44,7 +44,8 @@ def _penalties(ctx: Any) -> list[Any]:
     last_n = ctx.n_ctx if p.penalty_last_n == -1 else p.penalty_last_n  # -1 = the whole context
     if last_n == 0:
         return []
-    return [ctx.lib.llama_sampler_init_penalties(last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty)]
+    return [ctx.lib.llama_sampler_init_penalties(ctx.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty,
+                                                 p.presence_penalty)]
 
 
 def _dry(ctx: Any) -> list[Any]:

@@ -1,0 +1,112 @@
+"""Bad input gets a clear exception, never a crash or silent acceptance."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from llama_cpp import Llama
+
+
+def test_missing_model_path_names_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(FileNotFoundError, match="nope.gguf"):
+        Llama(str(missing))
+
+
+def test_not_a_gguf_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"
+    path.write_text("this is not a model")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        Llama(str(path), verbose=False)
+
+
+def test_truncated_gguf(tmp_path: Path, tiny_model_path: Path) -> None:
+    path = tmp_path / "truncated.gguf"
+    path.write_bytes(tiny_model_path.read_bytes()[:4096])
+    with pytest.raises(ValueError, match="failed to load model"):
+        Llama(str(path), verbose=False)
+
+
+def test_corrupt_gguf_header(tmp_path: Path, tiny_model_path: Path) -> None:
+    data = bytearray(tiny_model_path.read_bytes()[:65536])
+    data[4:8] = (999).to_bytes(4, "little")  # unknown GGUF version
+    data[8:24] = b"\xff" * 16  # absurd tensor and key counts
+    path = tmp_path / "corrupt.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="failed to load model"):
+        Llama(str(path), verbose=False)
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model_path: Path):
+    with Llama(str(tiny_model_path), n_ctx=64, n_threads=2, verbose=False) as model:
+        yield model
+
+
+def test_prompt_longer_than_context_names_both_numbers(llm: Llama) -> None:
+    n_ctx = llm.n_ctx()  # llama.cpp may round the requested size up
+    prompt = list(range(100, 100 + n_ctx + 10))
+    with pytest.raises(ValueError, match=rf"{n_ctx + 10} tokens.*{n_ctx}"):
+        llm.create_completion(prompt, max_tokens=4)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"n_ctx": -1}, "n_ctx"), ({"n_batch": 0}, "n_batch"), ({"n_threads": 0}, "n_threads"),
+    ({"n_gpu_layers": "many"}, "n_gpu_layers"), ({"n_seq_max": 1000}, "n_seq_max"),
+])
+def test_invalid_constructor_values_name_the_field(tiny_model_path: Path, kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        Llama(str(tiny_model_path), verbose=False, **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"top_p": 2.0}, "top_p"), ({"min_p": -0.1}, "min_p"), ({"top_k": 1.5}, "top_k"),
+    ({"penalty_last_n": -5}, "penalty_last_n"), ({"logit_bias": {"x": 1.0}}, "logit_bias"),
+    ({"mirostat_mode": 3}, "mirostat_mode"),
+])
+def test_invalid_sampling_values_name_the_field(llm: Llama, kwargs: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        llm.create_completion("hello", max_tokens=2, **kwargs)
+
+
+def test_typo_is_a_type_error_with_a_suggestion(tiny_model_path: Path) -> None:
+    with pytest.raises(TypeError, match="n_ctxx.*'n_ctx'"):
+        Llama(str(tiny_model_path), n_ctxx=128, verbose=False)
+
+
+def test_second_generation_in_another_thread_is_refused(llm: Llama) -> None:
+    stream = llm.create_completion("Once upon a time", max_tokens=32, stream=True, temperature=0.0)
+    next(stream)  # the first generation is now running (suspended mid-way)
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            llm.create_completion("Another prompt", max_tokens=4)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
+    assert "already running" in str(errors[0])
+    rest = list(stream)  # the first one finishes normally
+    assert rest[-1]["choices"][0]["finish_reason"] in {"length", "stop"}
+    # and the instance still works, with the same greedy result as a fresh run
+    a = llm.create_completion("Once upon a time", max_tokens=8, temperature=0.0)["choices"][0]["text"]
+    llm.reset()
+    b = llm.create_completion("Once upon a time", max_tokens=8, temperature=0.0)["choices"][0]["text"]
+    assert a == b
+
+
+def test_calls_after_close_raise(tiny_model_path: Path) -> None:
+    model = Llama(str(tiny_model_path), verbose=False)
+    model.close()
+    model.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        model.create_completion("hi")
+    with pytest.raises(RuntimeError, match="closed"):
+        model.tokenize(b"hi")
