@@ -66,7 +66,8 @@ def _top_n_sigma(ctx: Any) -> list[Any]:
 
 def _top_k(ctx: Any) -> list[Any]:
     k = ctx.params.top_k
-    return [ctx.lib.llama_sampler_init_top_k(k)] if 0 < k < ctx.n_vocab else []
+    # greedy takes the argmax anyway: a partial sort of the vocabulary per token would be wasted
+    return [ctx.lib.llama_sampler_init_top_k(k)] if 0 < k < ctx.n_vocab and not ctx.params.greedy else []
 
 
 def _typical(ctx: Any) -> list[Any]:
