@@ -28,7 +28,25 @@ def ensure_backend() -> None:
             _backend_ready = True
 
 
-class NativeHandle:
+class Closing:
+    """``with`` support and a last-resort ``close()`` at garbage collection (subclasses define close)."""
+
+    __slots__ = ()
+
+    def __enter__(self):  # noqa: ANN204 - returns the subclass instance
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing useful to report
+            pass
+
+
+class NativeHandle(Closing):
     """Owns one native pointer and the function that frees it."""
 
     __slots__ = ("_ptr", "_free", "_what", "__weakref__")
@@ -55,18 +73,6 @@ class NativeHandle:
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
             self._free(ptr)
-
-    def __enter__(self) -> "NativeHandle":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing useful to report
-            pass
 
 
 def load_model(path: Path, params: Any) -> NativeHandle:

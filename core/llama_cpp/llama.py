@@ -13,7 +13,7 @@ from llama_cpp_native import ffi, lib
 
 from . import _logger
 from . import _params as P
-from ._handles import NativeHandle, load_model, new_context
+from ._handles import Closing, NativeHandle, load_model, new_context
 from ._text import StopScanner
 from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams
 
@@ -33,7 +33,7 @@ def _check_model_file(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is not a GGUF file (it starts with {head!r}, a GGUF file with b'GGUF')")
 
 
-class Llama:
+class Llama(Closing):
     """A llama.cpp model and context, with llama-cpp-python's high-level API.
 
     ``close()`` (or leaving a ``with`` block) frees everything the instance
@@ -223,18 +223,6 @@ class Llama:
             if handle is not None:
                 handle.close()
         self._loras = []
-
-    def __enter__(self) -> "Llama":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def _live_ctx(self) -> Any:
         if self._closed:
