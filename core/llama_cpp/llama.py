@@ -3,22 +3,46 @@
 from __future__ import annotations
 
 import threading
-import time
-import uuid
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
 from llama_cpp_native import ffi, lib
 
 from . import _logger
 from . import _params as P
+from ._completion import CompletionAPI
 from ._handles import Closing, NativeHandle, load_model, new_context
-from ._text import StopScanner
 from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams
 
-_SAMPLING_FIELDS = {f.name for f in SamplingParams.__attrs_attrs__}  # type: ignore[attr-defined]
 _GGUF_MAGIC = b"GGUF"
+
+
+class GenerationAborted(Exception):
+    """Raised inside the generation loop when ``abort()`` interrupted a decode."""
+
+
+class _TokenArray:
+    """The tokens so far as a growing numpy array, so hooks get them without an O(n) copy per token."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.buf = np.empty(max(64, 2 * len(tokens)), dtype=np.intc)
+        self.buf[: len(tokens)] = tokens
+        self.n = len(tokens)
+
+    def append(self, token: int) -> None:
+        if self.n == len(self.buf):
+            self.buf = np.concatenate([self.buf, np.empty_like(self.buf)])
+        self.buf[self.n] = token
+        self.n += 1
+
+    def pop(self) -> None:
+        self.n -= 1
+
+    def view(self) -> np.ndarray:
+        return self.buf[: self.n]
 
 
 def _check_model_file(path: Path) -> None:
@@ -33,7 +57,7 @@ def _check_model_file(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is not a GGUF file (it starts with {head!r}, a GGUF file with b'GGUF')")
 
 
-class Llama(Closing):
+class Llama(CompletionAPI, Closing):
     """A llama.cpp model and context, with llama-cpp-python's high-level API.
 
     ``close()`` (or leaving a ``with`` block) frees everything the instance
@@ -208,6 +232,8 @@ class Llama(Closing):
         self._tokens: list[int] = []  # the ledger: tokens whose state is in the KV cache
         self._lock = threading.Lock()
         self._abort = threading.Event()
+        abort_flag = self._abort.is_set
+        self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: abort_flag())
         self._eog: list[int] | None = None
         self._piece_buf = ffi.new("char[]", 256)
         self._tok_buf = ffi.new("llama_token[]", 1)
@@ -402,15 +428,26 @@ class Llama(Closing):
         self._abort.set()
 
     def _decode(self, tokens: Sequence[int]) -> None:
+        """Decode in n_batch chunks; a long prefill can be interrupted by ``abort()``."""
         ctx = self._live_ctx()
         n_batch = self.context_params.n_batch
-        for start in range(0, len(tokens), n_batch):
-            chunk = tokens[start:start + n_batch]
-            arr = ffi.new("llama_token[]", chunk)
-            rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
-            if rc != 0:
-                raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
-            self._tokens.extend(chunk)
+        interruptible = len(tokens) > 32  # the callback runs per graph node: too costly per token
+        if interruptible:
+            lib.llama_set_abort_callback(ctx, self._abort_cb, ffi.NULL)
+        try:
+            for start in range(0, len(tokens), n_batch):
+                chunk = tokens[start:start + n_batch]
+                arr = ffi.new("llama_token[]", chunk)
+                rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
+                if rc == 2:  # aborted: drop whatever part of the chunk reached the cache
+                    lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), 0, len(self._tokens), -1)
+                    raise GenerationAborted()
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
+                self._tokens.extend(chunk)
+        finally:
+            if interruptible:
+                lib.llama_set_abort_callback(ctx, ffi.NULL, ffi.NULL)
 
     def _shift_context(self, incoming: int) -> None:
         """Make room for ``incoming`` tokens by discarding old ones after the first n_keep."""
@@ -470,27 +507,43 @@ class Llama(Closing):
         return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab,
                                          n_ctx=self.n_ctx(), eog_tokens=self._eog_tokens() if params.ignore_eos else ()))
 
-    def generate(self, tokens: Sequence[int], *, reset: bool = True, **sampling: Any) -> Iterator[int]:
+    def generate(self, tokens: Sequence[int], *, reset: bool = True,
+                 logits_processor: Callable[..., Any] | None = None,
+                 stopping_criteria: Callable[..., bool] | None = None,
+                 **sampling: Any) -> Generator[int, Any, None]:
         """Yield sampled tokens after evaluating ``tokens``, until an end-of-generation token.
 
         Sampling keywords are those of :class:`~llama_cpp.sampling.SamplingParams`
-        (``temp`` is accepted for ``temperature``).
+        (``temp`` is accepted for ``temperature``).  ``send(tokens)`` to the
+        generator evaluates extra tokens after the one just yielded.
         """
         if "temp" in sampling:
             sampling["temperature"] = sampling.pop("temp")
         params = self._sampling(sampling)
-        return self._generate(list(tokens), params, reset)
+        return self._generate(list(tokens), params, reset, logits_processor, stopping_criteria)
 
-    def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True) -> Iterator[int]:
+    def logits_view(self) -> np.ndarray:
+        """The logits of the last evaluated token: a zero-copy float32 view, valid until the next decode."""
+        ptr = lib.llama_get_logits_ith(self._live_ctx(), -1)
+        if ptr == ffi.NULL:
+            raise RuntimeError("no logits are available: nothing was evaluated yet")
+        return np.frombuffer(ffi.buffer(ptr, self._n_vocab * 4), dtype=np.float32)
+
+    def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True,
+                  logits_processor: Callable[..., Any] | None = None,
+                  stopping_criteria: Callable[..., bool] | None = None) -> Generator[int, Any, None]:
         ctx = self._live_ctx()
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another generation is already running on this Llama instance")
         try:
             self._abort.clear()
-            if reset:
-                self._prepare(tokens)
-            else:
-                self.eval(tokens)
+            try:
+                if reset:
+                    self._prepare(tokens)
+                else:
+                    self.eval(tokens)
+            except GenerationAborted:
+                return
             chain = self._chain(params)
             try:
                 vocab = self._vocab
@@ -502,135 +555,42 @@ class Llama(Closing):
                 aborted = self._abort.is_set
                 n_ctx = self.n_ctx()
                 ledger = self._tokens
+                python_hooks = logits_processor is not None or stopping_criteria is not None
+                ids = _TokenArray(ledger) if python_hooks else None
                 while not aborted():
+                    if logits_processor is not None:
+                        view = self.logits_view()
+                        edited = logits_processor(ids.view(), view)
+                        if edited is not view and edited is not None:
+                            view[:] = edited
                     token = sample(chain_ptr, ctx, -1)
                     if stop_on_eog and is_eog(vocab, token):
                         return
-                    yield token
+                    if stopping_criteria is not None:
+                        ids.append(token)
+                        stop = stopping_criteria(ids.view(), self.logits_view())
+                        ids.pop()
+                        if stop:
+                            return
+                    sent = yield token
                     if len(ledger) + 1 > n_ctx:
                         self._shift_context(1)
                         ledger = self._tokens
+                        if ids is not None:
+                            ids = _TokenArray(ledger)
                     tok_buf[0] = token
                     rc = decode(ctx, one)
                     if rc != 0:
                         raise RuntimeError(f"llama_decode failed ({rc})")
                     ledger.append(token)
+                    if ids is not None:
+                        ids.append(token)
+                    if sent:  # generator.send(tokens): evaluate extra tokens after the sampled one
+                        self.eval(list(sent))
+                        if ids is not None:
+                            ids = _TokenArray(self._tokens)
+                        ledger = self._tokens
             finally:
                 chain.close()
         finally:
             self._lock.release()
-
-    # -- completion -------------------------------------------------------------
-    def create_completion(
-        self,
-        prompt: str | list[int],
-        suffix: str | None = None,
-        max_tokens: int | None = 16,
-        temperature: float = 0.8,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        typical_p: float = 1.0,
-        echo: bool = False,
-        stop: str | list[str] | None = None,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        repeat_penalty: float = 1.0,
-        top_k: int = 40,
-        stream: bool = False,
-        seed: int | None = None,
-        model: str | None = None,
-        logit_bias: dict[int, float] | None = None,
-        ignore_eos: bool = False,
-        penalty_last_n: int | None = None,
-        **sampling: Any,
-    ) -> dict[str, Any] | Iterator[dict[str, Any]]:
-        """Complete ``prompt`` in the OpenAI text_completion shape (a chunk iterator with ``stream``)."""
-        unknown = set(sampling) - _SAMPLING_FIELDS
-        if unknown:
-            raise TypeError(f"create_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-        if suffix is not None:
-            raise ValueError("suffix (fill-in-the-middle) is not supported by this build of llama_cpp yet")
-        params = self._sampling(dict(
-            temperature=temperature, top_p=top_p, min_p=min_p, typical_p=typical_p, top_k=top_k,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-            seed=seed, logit_bias=logit_bias, ignore_eos=ignore_eos, penalty_last_n=penalty_last_n, **sampling,
-        ))
-        ctx_ptr = self._live_ctx()
-        if isinstance(prompt, str):
-            prompt_text = prompt
-            add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
-            prompt_tokens = self.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-        else:
-            prompt_tokens = list(prompt)
-            prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "replace")
-        if not prompt_tokens:
-            prompt_tokens = [self.token_bos()]
-        n_ctx = lib.llama_n_ctx(ctx_ptr)
-        if len(prompt_tokens) >= n_ctx:
-            raise ValueError(f"the prompt has {len(prompt_tokens)} tokens, more than fit in the context window "
-                             f"of {n_ctx} tokens (n_ctx)")
-        room = n_ctx - len(prompt_tokens)
-        if max_tokens is None or max_tokens <= 0 or max_tokens > room:
-            max_tokens = room
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        chunks = self._completion_events(prompt_tokens, prompt_text, params, max_tokens, stops, echo,
-                                         model or self.model_path)
-        if stream:
-            return chunks
-        text_parts: list[str] = []
-        final: dict[str, Any] = {}
-        for chunk in chunks:
-            text_parts.append(chunk["choices"][0]["text"])
-            final = chunk
-        completion = final
-        completion["choices"][0]["text"] = "".join(text_parts)
-        return completion
-
-    def _completion_events(self, prompt_tokens: list[int], prompt_text: str, params: SamplingParams,
-                           max_tokens: int, stops: list[str], echo: bool, model: str) -> Iterator[dict[str, Any]]:
-        completion_id = f"cmpl-{uuid.uuid4()}"
-        created = int(time.time())
-
-        def chunk(text: str, finish: str | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
-            out: dict[str, Any] = {
-                "id": completion_id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}],
-            }
-            if usage is not None:
-                out["usage"] = usage
-            return out
-
-        scanner = StopScanner(stops)
-        if echo:
-            yield chunk(prompt_text, None)
-        finish = "length"
-        n_generated = 0
-        gen = self._generate(prompt_tokens, params)
-        try:
-            if max_tokens > 0:
-                for token in gen:
-                    n_generated += 1
-                    out, hit = scanner.feed(self._piece(token))
-                    if out:
-                        yield chunk(out.decode("utf-8", "replace"), None)
-                    if hit:
-                        finish = "stop"
-                        break
-                    if n_generated >= max_tokens:
-                        break
-                else:
-                    finish = "abort" if self._abort.is_set() else "stop"
-        finally:
-            gen.close()
-        rest = scanner.flush()  # held-back bytes: a partial stop string or incomplete UTF-8
-        if rest:
-            yield chunk(rest.decode("utf-8", "replace"), None)
-        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_generated,
-                 "total_tokens": len(prompt_tokens) + n_generated}
-        yield chunk("", finish, usage)
-
-    def __call__(self, prompt: str, suffix: str | None = None, max_tokens: int | None = 128,
-                 **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
-        """``create_completion`` with llama-cpp-python's ``__call__`` default of 128 tokens."""
-        return self.create_completion(prompt, suffix=suffix, max_tokens=max_tokens, **kwargs)
-

@@ -1,0 +1,53 @@
+"""Python hooks into generation: logits processors and stopping criteria.
+
+A logits processor gets ``(input_ids, scores)``: the tokens so far (prompt and
+generated) and a zero-copy numpy view of the current logits.  It may edit the
+view in place or return a new array; either way its result is what the native
+sampler chain then works on, so later stages (bias, penalties, top-k...) build
+on the processor's edits instead of overwriting them.
+
+A stopping criterion gets the same arguments after a token was sampled, with
+``input_ids`` ending in that token, and stops generation by returning True.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List
+
+import numpy as np
+import numpy.typing as npt
+
+LogitsProcessor = Callable[[npt.NDArray[np.intc], npt.NDArray[np.single]], npt.NDArray[np.single]]
+StoppingCriteria = Callable[[npt.NDArray[np.intc], npt.NDArray[np.single]], bool]
+
+
+class LogitsProcessorList(List[LogitsProcessor]):
+    """Applies each processor in order."""
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
+        for processor in self:
+            scores = processor(input_ids, scores)
+        return scores
+
+
+class StoppingCriteriaList(List[StoppingCriteria]):
+    """Stops when any criterion does."""
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
+        return any(criterion(input_ids, logits) for criterion in self)
+
+
+class MinTokensLogitsProcessor:
+    """Forbids the end-of-sequence token until ``min_tokens`` tokens were generated."""
+
+    def __init__(self, min_tokens: int, token_eos: int) -> None:
+        self.min_tokens = min_tokens
+        self.token_eos = token_eos
+        self.prompt_tokens: int | None = None
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]) -> npt.NDArray[np.single]:
+        if self.prompt_tokens is None:
+            self.prompt_tokens = len(input_ids)
+        if len(input_ids) - self.prompt_tokens < self.min_tokens:
+            scores[self.token_eos] = -np.inf
+        return scores
