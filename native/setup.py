@@ -66,6 +66,7 @@ class BuildNative(build_ext):
         include_dir = pkg_dir / "include"
         layout.copy_libraries(build.bin_dir, lib_dir)
         layout.copy_headers(source.path, include_dir)
+        layout.copy_grammars(source.path, pkg_dir / "grammars")
 
         exported = layout.ExportedSymbols(build.bin_dir)
         ggml_version, ggml_commit = exported.ggml_build()

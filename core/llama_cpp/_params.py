@@ -39,8 +39,8 @@ def reject_unknown(kwargs: dict[str, Any], known: list[str]) -> None:
 
 
 def warn_ignored(kwargs: dict[str, Any]) -> None:
-    for name in kwargs:
-        if name in LEGACY_IGNORED:
+    for name, value in kwargs.items():
+        if name in LEGACY_IGNORED and value is not None:  # passing None is not using it
             warnings.warn(
                 f"Llama({name}=...) is ignored: {LEGACY_IGNORED[name]}", DeprecationWarning, stacklevel=4
             )

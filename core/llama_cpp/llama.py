@@ -9,7 +9,7 @@ from typing import Any, Callable, Generator, Iterator, Sequence
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from . import _logger
+from . import _hub, _logger
 from . import _params as P
 from ._completion import CompletionAPI
 from ._handles import Closing, NativeHandle, load_model, new_context
@@ -240,6 +240,8 @@ class Llama(CompletionAPI, Closing):
         self.metadata = self._read_metadata()
         if legacy.get("lora_path"):
             self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
+
+    from_pretrained = classmethod(_hub.from_pretrained)
 
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:

@@ -55,6 +55,11 @@ def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise ValueError(f"logit_bias values must be numbers, got {bias!r} for token {token!r}")
 
 
+def _grammar(value: Any) -> None:
+    if value is not None and not (hasattr(value, "grammar") and hasattr(value, "root")):
+        raise ValueError(f"grammar must be a LlamaGrammar (LlamaGrammar.from_string(...)), got {type(value).__name__}")
+
+
 @attrs.frozen(kw_only=True)
 class SamplingParams:
     """Every sampling parameter of the seed API, with the seed's defaults, validated."""
@@ -86,6 +91,7 @@ class SamplingParams:
     dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=tuple)
     logit_bias: Mapping[int, float] | None = attrs.field(default=None, validator=_logit_bias)
     ignore_eos: bool = False
+    grammar: Any = attrs.field(default=None, validator=lambda i, a, v: _grammar(v))
     seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int())
     samplers: tuple[str, ...] | None = attrs.field(
         default=None, converter=lambda v: None if v is None else tuple(v)

@@ -59,6 +59,15 @@ def copy_headers(source: Path, dest: Path) -> None:
             shutil.copy2(header, dest / header.name)
 
 
+def copy_grammars(source: Path, dest: Path) -> None:
+    """llama.cpp's example GBNF grammars (json.gbnf, arithmetic.gbnf...), shipped as data."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for grammar in sorted((source / "grammars").glob("*.gbnf")):
+        shutil.copy2(grammar, dest / grammar.name)
+
+
 class ExportedSymbols:
     """Answers "does a built library export this function?" via the dynamic loader.
 

@@ -19,6 +19,7 @@ __all__ = [
     "ENUMS",
     "build_description",
     "ffi",
+    "grammars_dir",
     "include_dir",
     "lib",
     "lib_dir",
@@ -31,6 +32,7 @@ __all__ = [
 _HERE = Path(__file__).resolve().parent
 lib_dir: Path = _HERE / "lib"
 include_dir: Path = _HERE / "include"
+grammars_dir: Path = _HERE / "grammars"  # llama.cpp's example GBNF grammars
 
 llama_commit: str = BUILD_INFO["llama_commit"]
 llama_build_number: int = BUILD_INFO["llama_build_number"]

@@ -13,6 +13,17 @@ from llama_cpp import hookimpl
 from llama_cpp.plugins import SamplerStage
 
 
+def _grammar(ctx: Any) -> list[Any]:
+    """The GBNF grammar, first in the chain as in llama.cpp (already validated by LlamaGrammar)."""
+    grammar = ctx.params.grammar
+    if grammar is None:
+        return []
+    smpl = ctx.lib.llama_sampler_init_grammar(ctx.vocab, grammar.grammar.encode("utf-8"), grammar.root.encode("utf-8"))
+    if smpl == ctx.ffi.NULL:
+        raise ValueError("llama.cpp rejected the grammar for this model's vocabulary")
+    return [smpl]
+
+
 def _logit_bias(ctx: Any) -> list[Any]:
     """User biases plus, with ``ignore_eos``, -inf on every end-of-generation token.
 
@@ -129,6 +140,7 @@ def _dist(ctx: Any) -> list[Any]:
 @hookimpl
 def llama_cpp_sampler_stages() -> list[SamplerStage]:
     return [
+        SamplerStage("grammar", _grammar, order=-10, description="GBNF grammar constraint (first, as in llama.cpp)"),
         SamplerStage("logit_bias", _logit_bias, order=0, description="per-token biases; -inf on EOG with ignore_eos"),
         SamplerStage("penalties", _penalties, order=10, description="repeat/frequency/presence over penalty_last_n"),
         SamplerStage("dry", _dry, order=20, description="DRY repetition penalty"),
