@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
 
+import attrs
 import numpy as np
 from llama_cpp_native import ffi, lib
 
@@ -16,6 +17,18 @@ from ._handles import Closing, NativeHandle, load_model, new_context
 from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams
 
 _GGUF_MAGIC = b"GGUF"
+
+
+@attrs.frozen
+class LlamaState:
+    """What ``Llama.save_state`` returns: the tokens and llama.cpp's serialized context state."""
+
+    input_ids: np.ndarray
+    n_tokens: int
+    llama_state: bytes
+    llama_state_size: int
+    seed: int
+    scores: np.ndarray | None = None  # kept for the seed's field list; logits are part of llama_state
 
 
 class GenerationAborted(Exception):
@@ -401,6 +414,29 @@ class Llama(CompletionAPI, Closing):
     def set_seed(self, seed: int) -> None:
         self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
 
+    # -- state ------------------------------------------------------------------
+    def save_state(self) -> "LlamaState":
+        """A snapshot of the context (KV cache, RNG) and the evaluated tokens."""
+        ctx = self._live_ctx()
+        size = lib.llama_state_get_size(ctx)
+        buf = ffi.new("uint8_t[]", size)
+        written = lib.llama_state_get_data(ctx, buf, size)
+        return LlamaState(input_ids=np.asarray(self._tokens, dtype=np.intc), n_tokens=len(self._tokens),
+                          llama_state=ffi.buffer(buf, written)[:], llama_state_size=written, seed=self._seed)
+
+    def load_state(self, state: "LlamaState") -> None:
+        """Restore a snapshot taken by ``save_state`` on a context of the same model and size."""
+        ctx = self._live_ctx()
+        data = state.llama_state
+        if len(data) != state.llama_state_size:
+            raise ValueError(f"corrupt LlamaState: {len(data)} bytes of state, header says {state.llama_state_size}")
+        read = lib.llama_state_set_data(ctx, data, len(data))
+        if read != len(data):
+            raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
+                               "was it saved from another model or context size?")
+        self._tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
+        self._seed = state.seed
+
     # logging (process-global, see llama_cpp._logger)
     def set_verbosity(self, verbosity: int | str | bool) -> int:
         level = _logger.set_verbosity(verbosity)
@@ -462,8 +498,9 @@ class Llama(CompletionAPI, Closing):
                 "memory cannot shift; increase n_ctx"
             )
         n_past = len(self._tokens)
-        keep = min(self.n_keep, n_past)
-        discard = max(n_past + incoming - n_ctx, (n_past - keep) // 2)
+        required = n_past + incoming - n_ctx
+        keep = min(self.n_keep, n_past - required)  # n_keep >= n_ctx would leave nothing to discard
+        discard = max(required, (n_past - keep) // 2)
         lib.llama_memory_seq_rm(mem, 0, keep, keep + discard)
         lib.llama_memory_seq_add(mem, 0, keep + discard, -1, -discard)
         del self._tokens[keep:keep + discard]

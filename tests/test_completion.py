@@ -1,0 +1,216 @@
+"""create_completion / generate behaviour: stops, streaming, echo, logprobs, infill, hooks, state."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lowlevel import rss_bytes
+
+from llama_cpp import Llama, LogitsProcessorList, StoppingCriteriaList
+from llama_cpp._text import StopScanner, utf8_complete_length
+from llama_cpp_native import lib
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_model_path: Path):
+    with Llama(str(smollm2_model_path), n_ctx=512, n_threads=2, verbose=False) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path: Path):
+    with Llama(str(tiny_model_path), n_ctx=256, n_threads=2, verbose=False) as llm:
+        yield llm
+
+
+def _stream_texts(llm: Llama, prompt: str, **kw) -> list[str]:
+    return [c["choices"][0]["text"] for c in llm.create_completion(prompt, stream=True, **kw)]
+
+
+def test_stop_string_ends_the_text_and_is_not_emitted(smol: Llama) -> None:
+    free = smol.create_completion(PROMPT, max_tokens=24, temperature=0.0)["choices"][0]["text"]
+    assert "\n\n" in free  # the unconstrained text goes on past the stop string
+    out = smol.create_completion(PROMPT, max_tokens=24, temperature=0.0, stop=["\n\n"])
+    assert out["choices"][0]["text"] == free.split("\n\n")[0]
+    assert out["choices"][0]["finish_reason"] == "stop"
+    chunks = _stream_texts(smol, PROMPT, max_tokens=24, temperature=0.0, stop=["\n\n"])
+    assert "".join(chunks) == free.split("\n\n")[0]
+    assert all("\n" not in c for c in chunks)  # not even the first half of the stop string
+
+
+def test_partial_stop_string_is_held_back_then_released(smol: Llama) -> None:
+    free = smol.create_completion(PROMPT, max_tokens=24, temperature=0.0)["choices"][0]["text"]
+    head, tail = free.split("\n\n", 1)
+    never = "\n\n" + tail[:3] + "@@never@@"  # shares a long prefix with the text, never matches
+    chunks = _stream_texts(smol, PROMPT, max_tokens=24, temperature=0.0, stop=[never])
+    assert "".join(chunks) == free
+
+
+def test_incomplete_utf8_is_held_back() -> None:
+    e_acute = "é".encode()
+    assert utf8_complete_length(b"ab" + e_acute[:1]) == 2
+    assert utf8_complete_length(b"ab" + e_acute) == 4
+    emoji = "🦙".encode()
+    scanner = StopScanner([])
+    assert scanner.feed(emoji[:2]) == (b"", False)
+    assert scanner.feed(emoji[2:]) == (emoji, False)
+
+
+def test_echo_streams_the_prompt_first(smol: Llama) -> None:
+    chunks = _stream_texts(smol, PROMPT, max_tokens=4, temperature=0.0, echo=True)
+    assert chunks[0] == PROMPT
+    whole = smol.create_completion(PROMPT, max_tokens=4, temperature=0.0, echo=True)["choices"][0]["text"]
+    assert whole == "".join(chunks) and whole.startswith(PROMPT)
+
+
+def test_max_tokens_none_means_the_rest_of_the_context(tiny: Llama) -> None:
+    prompt = tiny.tokenize(b"Once upon a time")
+    out = tiny.create_completion(prompt, max_tokens=None, temperature=0.0, ignore_eos=True)
+    assert out["usage"]["completion_tokens"] == tiny.n_ctx() - len(prompt)
+    assert out["usage"]["total_tokens"] == tiny.n_ctx()
+    assert out["choices"][0]["finish_reason"] == "length"
+
+
+def test_logprobs_without_history(smol: Llama) -> None:
+    out = smol.create_completion(PROMPT, max_tokens=6, temperature=0.0, logprobs=3)
+    lp = out["choices"][0]["logprobs"]
+    n = out["usage"]["completion_tokens"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == n
+    assert "".join(lp["tokens"]) == out["choices"][0]["text"]
+    for value, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+        assert value <= 0 and len(top) == 3
+        assert value == pytest.approx(max(top.values()), abs=1e-5)  # greedy picks the most likely token
+    assert lp["text_offset"] == sorted(lp["text_offset"])
+
+
+def test_infill_orders_prefix_suffix_middle(tiny_model_factory) -> None:
+    with Llama(str(tiny_model_factory(vocab="starcoder")), n_ctx=256, n_threads=2, verbose=False) as llm:
+        vocab = llm._vocab
+        pre, suf, mid = lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)
+        assert min(pre, suf, mid) >= 0, "the starcoder vocabulary has fill-in-the-middle tokens"
+        prefix, suffix = "def add(a, b):\n", "\n    return c\n"
+        psm = llm._infill_tokens(prefix, suffix)
+        assert psm.index(pre) < psm.index(suf) < psm.index(mid) == len(psm) - 1
+        assert llm.detokenize(psm[psm.index(pre) + 1:psm.index(suf)]) == prefix.encode()
+        llm.spm_infill = True
+        spm = llm._infill_tokens(prefix, suffix)
+        assert spm.index(suf) < spm.index(pre) < spm.index(mid) == len(spm) - 1
+        llm.spm_infill = False
+        out = llm.create_completion(prefix, suffix=suffix, max_tokens=4, temperature=0.0)
+        assert out["usage"]["prompt_tokens"] == len(psm)
+        assert not out["choices"][0]["text"].endswith(suffix)  # the suffix is context here, not appended
+
+
+def test_suffix_without_fim_tokens_is_appended(tiny: Llama) -> None:
+    out = tiny.create_completion("Hello", suffix=" THE END", max_tokens=3, temperature=0.0)
+    assert out["choices"][0]["text"].endswith(" THE END")
+
+
+def test_logits_processor_edits_a_zero_copy_view_and_are_kept(smol: Llama) -> None:
+    greedy = smol.tokenize(b" Paris", add_bos=False)[0]
+    forced = smol.tokenize(b" Rome", add_bos=False)[0]
+    seen_lengths = []
+
+    def processor(input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        assert np.shares_memory(scores, smol.logits_view())
+        seen_lengths.append(len(input_ids))
+        scores[forced] += 1000.0
+        return scores
+
+    gen = smol.generate(smol.tokenize(PROMPT.encode()), temperature=0.0,
+                        logits_processor=LogitsProcessorList([processor]), logit_bias={greedy: 50.0})
+    first = [next(gen) for _ in range(3)]
+    gen.close()
+    assert first == [forced] * 3  # the processor's edit survives the later logit_bias stage
+    assert seen_lengths[1] == seen_lengths[0] + 1 and seen_lengths[2] == seen_lengths[0] + 2
+
+
+def test_stopping_criteria_sees_the_token_just_sampled(smol: Llama) -> None:
+    paris = smol.tokenize(b" Paris", add_bos=False)[0]
+    seen: list[int] = []
+
+    def criterion(input_ids: np.ndarray, logits: np.ndarray) -> bool:
+        seen.append(int(input_ids[-1]))
+        return int(input_ids[-1]) == paris
+
+    out = smol.create_completion(PROMPT, max_tokens=10, temperature=0.0,
+                                 stopping_criteria=StoppingCriteriaList([criterion]))
+    assert seen == [paris]
+    assert out["choices"][0]["text"] == "" and out["choices"][0]["finish_reason"] == "stop"
+
+
+def test_abort_from_another_thread(tiny: Llama) -> None:
+    stream = tiny.create_completion("Once", max_tokens=200, temperature=0.0, ignore_eos=True, stream=True)
+    seen = []
+    for i, chunk in enumerate(stream):
+        seen.append(chunk)
+        if i == 5:
+            threading.Thread(target=tiny.abort).start()
+    assert seen[-1]["choices"][0]["finish_reason"] == "abort"
+    assert seen[-1]["usage"]["completion_tokens"] < 200
+    again = tiny.create_completion("Once", max_tokens=4, temperature=0.0)
+    assert again["choices"][0]["finish_reason"] in {"length", "stop"}  # usable afterwards
+
+
+def test_context_shifts_when_full(tiny: Llama) -> None:
+    n_ctx = tiny.n_ctx()
+    gen = tiny.generate(tiny.tokenize(b"Once upon a time"), temperature=0.0, ignore_eos=True)
+    count = 0
+    for _ in gen:
+        count += 1
+        assert tiny.n_tokens <= n_ctx
+        if count == n_ctx + 50:
+            break
+    gen.close()
+    assert count == n_ctx + 50
+
+
+def test_prefix_of_the_kv_cache_is_reused(tiny: Llama) -> None:
+    base = tiny.tokenize(b"Once upon a time there was a")
+    tiny.reset()
+    tiny.create_completion(base, max_tokens=1, temperature=0.0)
+    ctx = tiny._live_ctx()
+    lib.llama_perf_context_reset(ctx)
+    tiny.create_completion(base + base[1:4], max_tokens=1, temperature=0.0)
+    assert lib.llama_perf_context(ctx).n_p_eval == 3  # only the new tokens were evaluated
+
+
+def test_save_and_load_state_repeat_generation(smol: Llama) -> None:
+    tokens = smol.tokenize(PROMPT.encode())
+    smol.reset()
+    smol.eval(tokens)
+    state = smol.save_state()
+    first = smol.create_completion(tokens, max_tokens=8, temperature=1.0, seed=3)["choices"][0]["text"]
+    smol.reset()
+    smol.load_state(state)
+    assert smol.n_tokens == len(tokens)
+    again = smol.create_completion(tokens, max_tokens=8, temperature=1.0, seed=3)["choices"][0]["text"]
+    assert first == again
+
+
+def test_send_evaluates_extra_tokens(tiny: Llama) -> None:
+    prompt = tiny.tokenize(b"Once upon")
+    gen = tiny.generate(prompt, temperature=0.0)
+    first = next(gen)
+    extra = tiny.tokenize(b" a time", add_bos=False)
+    gen.send(extra)
+    assert tiny.n_tokens == len(prompt) + 1 + len(extra)
+    gen.close()
+
+
+def test_200_llama_cycles_do_not_grow_memory(tiny_model_path: Path) -> None:
+    def cycle() -> None:
+        with Llama(str(tiny_model_path), n_ctx=256, n_threads=2, verbose=False) as llm:
+            llm.create_completion("Hi", max_tokens=2, temperature=0.0)
+
+    for _ in range(5):
+        cycle()
+    before = rss_bytes()
+    for _ in range(200):
+        cycle()
+    assert rss_bytes() - before < 20 * 1024 * 1024
