@@ -185,6 +185,8 @@ class CompletionAPI:
                 offset += len(p[0])
             pending_lp = []
             return block
+        if self.cache is not None:
+            self._restore_from_cache(prompt_tokens)
         gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria)
         try:
             if max_tokens > 0:
@@ -207,6 +209,8 @@ class CompletionAPI:
             gen.close()
         if hit_stop:
             pending_lp = []  # those tokens only formed the stop string, which is not part of the text
+        if self.cache is not None and not self._closed:
+            self.cache[list(self._tokens)] = self.save_state()
         rest = scanner.flush().decode("utf-8", "replace") + trailing_suffix
         if rest or pending_lp:
             yield chunk(rest, None, take_logprobs())
@@ -214,10 +218,27 @@ class CompletionAPI:
                  "total_tokens": len(prompt_tokens) + n_generated}
         yield chunk("", finish, None, usage)
 
+    def _restore_from_cache(self: "Llama", prompt_tokens: list[int]) -> None:
+        """Load the cached state whose tokens share a longer prefix with the prompt than the live context."""
+        if prompt_tokens not in self.cache:
+            return
+        state = self.cache[prompt_tokens]
+        if _common_prefix(state.input_ids[: state.n_tokens], prompt_tokens) > _common_prefix(self._tokens, prompt_tokens):
+            self.load_state(state)
+
     def __call__(self: "Llama", prompt: str, suffix: str | None = None, max_tokens: int | None = 128,
                  **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """``create_completion`` with llama-cpp-python's ``__call__`` default of 128 tokens."""
         return self.create_completion(prompt, suffix=suffix, max_tokens=max_tokens, **kwargs)
+
+
+def _common_prefix(a: Any, b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if int(x) != y:
+            break
+        n += 1
+    return n
 
 
 def _merge_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:

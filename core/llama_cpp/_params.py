@@ -130,3 +130,30 @@ class KvOverrides:
             else:
                 raise ValueError(f"kv_overrides[{key!r}] must be bool, int, float or str, got {type(value).__name__}")
         self.array[len(overrides)].key = b""
+
+
+class BufferOverrides:
+    """Native ``llama_model_tensor_buft_override`` array (patterns kept alive with it)."""
+
+    def __init__(self, patterns: list[str], buft: Any) -> None:
+        self._patterns = [ffi.new("char[]", p.encode()) for p in patterns]
+        self.array = ffi.new("struct llama_model_tensor_buft_override[]", len(patterns) + 1)
+        for i, pattern in enumerate(self._patterns):
+            self.array[i].pattern = pattern
+            self.array[i].buft = buft
+        self.array[len(patterns)].pattern = ffi.NULL
+
+
+_MOE_TENSORS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def moe_cpu_overrides(cpu_moe: bool, n_cpu_moe: int) -> BufferOverrides | None:
+    """Keep the MoE expert tensors of all layers (cpu_moe) or of the first n_cpu_moe layers on the CPU."""
+    n_cpu_moe = check_int("n_cpu_moe", n_cpu_moe, 0)
+    if cpu_moe:
+        patterns = [_MOE_TENSORS]
+    elif n_cpu_moe:
+        patterns = [rf"blk\.{i}{_MOE_TENSORS}" for i in range(n_cpu_moe)]
+    else:
+        return None
+    return BufferOverrides(patterns, lib.ggml_backend_cpu_buffer_type())

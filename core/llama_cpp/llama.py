@@ -10,7 +10,7 @@ import attrs
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from . import _hub, _logger
+from . import _compose, _hub, _logger
 from . import _params as P
 from ._completion import CompletionAPI
 from ._handles import Closing, NativeHandle, load_model, new_context
@@ -95,6 +95,9 @@ class Llama(CompletionAPI, Closing):
         use_extra_bufts: bool = True,
         no_host: bool = False,
         no_alloc: bool = False,
+        load_mtp: bool = False,
+        cpu_moe: bool = False,
+        n_cpu_moe: int = 0,
         numa: bool | int = False,
         # context parameters
         seed: int = LLAMA_DEFAULT_SEED,
@@ -103,6 +106,10 @@ class Llama(CompletionAPI, Closing):
         n_batch: int = 2048,
         n_ubatch: int = 512,
         n_seq_max: int = 1,
+        n_rs_seq: int = 0,
+        n_outputs_max: int = 0,
+        n_outputs_max_per_seq: int = 1,
+        ctx_type: int = lib.LLAMA_CONTEXT_TYPE_DEFAULT,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
         rope_scaling_type: int = lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
@@ -126,9 +133,12 @@ class Llama(CompletionAPI, Closing):
         type_v: int | None = None,
         no_perf: bool = False,
         last_n_tokens_size: int = 64,
-        # capabilities chosen from plugins
+        # capabilities: objects, or dicts that name a plugin (see llama_cpp._compose)
         chat_format: str | None = None,
         chat_handler: Any = None,
+        cache: Any = None,
+        speculative: Any = None,
+        draft_model: Any = None,
         spm_infill: bool = False,
         verbose: bool = True,
         verbosity: int | str | None = None,
@@ -183,6 +193,10 @@ class Llama(CompletionAPI, Closing):
         mparams.use_extra_bufts = bool(use_extra_bufts)
         mparams.no_host = bool(no_host)
         mparams.no_alloc = bool(no_alloc)
+        mparams.load_mtp = bool(load_mtp)
+        self._buft_overrides = P.moe_cpu_overrides(cpu_moe, n_cpu_moe)
+        if self._buft_overrides is not None:
+            mparams.tensor_buft_overrides = self._buft_overrides.array
 
         # context params
         P.check_int("n_ctx", n_ctx, 0)
@@ -202,12 +216,20 @@ class Llama(CompletionAPI, Closing):
         self.spm_infill = spm_infill
         self.chat_format = chat_format
         self.chat_handler = chat_handler
+        if speculative is not None or draft_model is not None:
+            raise ValueError("speculative decoding (speculative=, draft_model=) is not available in this version "
+                             "of llama_cpp: no speculative engine is supported yet")
+        self.cache = _compose.resolve("cache", cache)
 
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = n_batch if n_ctx == 0 else min(n_ctx, n_batch)
         cparams.n_ubatch = min(cparams.n_batch, n_ubatch)
         cparams.n_seq_max = n_seq_max
+        cparams.n_rs_seq = P.check_int("n_rs_seq", n_rs_seq, 0)
+        cparams.n_outputs_max = P.check_int("n_outputs_max", n_outputs_max, 0)
+        cparams.n_outputs_max_per_seq = P.check_int("n_outputs_max_per_seq", n_outputs_max_per_seq, 0)
+        cparams.ctx_type = P.check_int("ctx_type", int(ctx_type), 0, 1)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads_batch
         cparams.rope_scaling_type = int(rope_scaling_type)
@@ -255,6 +277,11 @@ class Llama(CompletionAPI, Closing):
             self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
 
     from_pretrained = classmethod(_hub.from_pretrained)
+    from_config = classmethod(_compose.from_config)
+
+    def set_cache(self, cache: Any) -> None:
+        """Attach a prompt cache (an object, or a dict naming a cache strategy plugin); None detaches."""
+        self.cache = _compose.resolve("cache", cache)
 
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,85 @@
+"""Composing a Llama by configuration: capabilities chosen by plugin name.
+
+A capability can be given as the object the seed API passes (a cache object,
+a handler instance) or as a plain dict that names a plugin::
+
+    Llama(path, cache={"strategy": "ram", "capacity_bytes": 2 << 30})
+
+and a whole instance can be described in a dict or a TOML file::
+
+    # llama.toml
+    model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"   # or model = "default"
+    n_ctx = 2048
+    [cache]
+    strategy = "ram"
+
+    Llama.from_config("llama.toml")
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .plugins import CacheStrategy, SpeculativeEngine, get_host
+
+if TYPE_CHECKING:
+    from .llama import Llama
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# config key -> (record type, key that names the plugin)
+CAPABILITIES: dict[str, tuple[type, str]] = {
+    "cache": (CacheStrategy, "strategy"),
+    "speculative": (SpeculativeEngine, "engine"),
+}
+
+
+def resolve(kind: str, value: Any) -> Any:
+    """An object as given, or the one a named plugin builds from a dict of options."""
+    if value is None or not isinstance(value, Mapping):
+        return value
+    record_type, name_key = CAPABILITIES[kind]
+    options = dict(value)
+    name = options.pop(name_key, None)
+    if not isinstance(name, str):
+        raise ValueError(f"{kind}={value!r} must name a plugin with the key {name_key!r}")
+    record = get_host().choose(record_type, name)
+    return record.factory(**options)
+
+
+def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    if isinstance(config, Mapping):
+        return dict(config)
+    path = Path(config)
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ValueError(f"cannot read the configuration file {str(path)!r}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{str(path)!r} is not valid TOML: {exc}") from exc
+
+
+def from_config(cls: type["Llama"], config: Mapping[str, Any] | str | Path) -> "Llama":
+    """Build a Llama from a dict or a TOML file of constructor keywords.
+
+    ``model = "default"`` (or no model at all) uses the default model; a
+    relative ``model_path`` in a TOML file is relative to that file.
+    """
+    values = load_config(config)
+    model = values.pop("model", None)
+    model_path = values.pop("model_path", None)
+    if model_path is None:
+        if model not in (None, "default"):
+            raise ValueError(f"model = {model!r}: use model_path for a file, or model = 'default'")
+        from .default_model import smollm2_path
+
+        model_path = smollm2_path()
+    elif not isinstance(config, Mapping) and not Path(model_path).is_absolute():
+        model_path = Path(config).parent / model_path
+    return cls(str(model_path), **values)
