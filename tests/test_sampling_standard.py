@@ -66,3 +66,12 @@ def test_per_call_seed_and_instance_seed(smollm2_model_path: Path) -> None:
         assert _tokens(a, temperature=1.0) == _tokens(b, temperature=1.0)
         b.set_seed(6)
         assert _tokens(a, temperature=1.0, seed=6) == _tokens(b, temperature=1.0)
+
+
+def test_greedy_fast_path_equals_the_native_chain_with_bias(llm: Llama) -> None:
+    """Greedy with a logit bias and ignore_eos skips llama.cpp's candidate array (numpy argmax);
+    top_k=1 at temperature 1 takes the same decision through the full native chain."""
+    bias = {llm.tokenize(b" the", add_bos=False)[0]: 3.0, llm.tokenize(b" a", add_bos=False)[0]: -2.0}
+    fast = _tokens(llm, 48, temperature=0.0, logit_bias=bias, ignore_eos=True)
+    chain = _tokens(llm, 48, temperature=1.0, top_k=1, top_p=1.0, min_p=0.0, logit_bias=bias, ignore_eos=True)
+    assert fast == chain

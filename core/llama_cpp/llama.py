@@ -14,7 +14,7 @@ from . import _compose, _hub, _logger
 from . import _params as P
 from ._completion import CompletionAPI
 from ._handles import Closing, NativeHandle, load_model, new_context
-from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams
+from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 
 _GGUF_MAGIC = b"GGUF"
 
@@ -623,13 +623,30 @@ class Llama(CompletionAPI, Closing):
                 ledger = self._tokens
                 python_hooks = logits_processor is not None or stopping_criteria is not None
                 ids = _TokenArray(ledger) if python_hooks else None
+                # A chain that is only argmax needs no candidate array of the whole
+                # vocabulary: numpy's argmax over the logits view picks the same token
+                # (the first maximum, as llama.cpp's greedy sampler does) in a tenth of the time.
+                argmax = chain.biased_argmax and logits_processor is None
+                if argmax:
+                    bias = effective_logit_bias(params, self._n_vocab, self._eog_tokens() if params.ignore_eos else ())
+                    bias_ids = np.fromiter(bias.keys(), dtype=np.intp, count=len(bias))
+                    bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+                get_logits, n_bytes, logits_ptr, view = lib.llama_get_logits_ith, self._n_vocab * 4, None, None
                 while not aborted():
                     if logits_processor is not None:
                         view = self.logits_view()
                         edited = logits_processor(ids.view(), view)
                         if edited is not view and edited is not None:
                             view[:] = edited
-                    token = sample(chain_ptr, ctx, -1)
+                    if argmax:
+                        ptr = get_logits(ctx, -1)
+                        if ptr != logits_ptr:
+                            logits_ptr, view = ptr, np.frombuffer(ffi.buffer(ptr, n_bytes), dtype=np.float32)
+                        if len(bias_ids):
+                            view[bias_ids] += bias_values
+                        token = int(view.argmax())
+                    else:
+                        token = sample(chain_ptr, ctx, -1)
                     if stop_on_eog and is_eog(vocab, token):
                         return
                     if stopping_criteria is not None:

@@ -104,6 +104,21 @@ class SamplingParams:
         return self.temperature <= 0
 
 
+def effective_logit_bias(params: SamplingParams, n_vocab: int, eog_tokens: Sequence[int]) -> dict[int, float]:
+    """The biases a chain applies: the user's (validated, summed per token) and, with
+    ``ignore_eos``, -inf on every end-of-generation token."""
+    bias: dict[int, float] = {}
+    for token, value in (params.logit_bias or {}).items():
+        token = int(token)
+        if not 0 <= token < n_vocab:
+            raise ValueError(f"logit_bias token id {token} is outside the vocabulary (0..{n_vocab - 1})")
+        bias[token] = bias.get(token, 0.0) + float(value)
+    if params.ignore_eos:
+        for token in eog_tokens:
+            bias[token] = float("-inf")
+    return bias
+
+
 @attrs.frozen
 class ChainContext:
     """What a stage's ``build`` sees: the parameters and the model it samples for."""
@@ -139,28 +154,38 @@ def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[Sa
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
-    __slots__ = ("ptr",)
+    __slots__ = ("ptr", "active")
 
     def __init__(self, ctx: ChainContext) -> None:
         sparams = lib.llama_sampler_chain_default_params()
         sparams.no_perf = True
         self.ptr = lib.llama_sampler_chain_init(sparams)
+        self.active: list[str] = []  # the stages that contributed samplers, in chain order
         try:
             filters, finals = _ordered_stages(ctx.params)
             for stage in filters:
-                for smpl in stage.build(ctx) or ():
+                built = list(stage.build(ctx) or ())
+                for smpl in built:
                     lib.llama_sampler_chain_add(self.ptr, smpl)
+                if built:
+                    self.active.append(stage.name)
             for stage in finals:
                 built = list(stage.build(ctx) or ())
                 if built:
                     for smpl in built:
                         lib.llama_sampler_chain_add(self.ptr, smpl)
+                    self.active.append(stage.name)
                     break
             else:
                 raise RuntimeError("no final sampler stage is registered (is the samplers plugin installed?)")
         except BaseException:
             self.close()
             raise
+
+    @property
+    def biased_argmax(self) -> bool:
+        """True when the chain is argmax after at most a logit bias: no other stage can change the result."""
+        return self.active in (["greedy"], ["logit_bias", "greedy"])
 
     def sample(self, ctx_ptr: Any, idx: int = -1) -> int:
         return lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)

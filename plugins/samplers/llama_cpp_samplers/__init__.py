@@ -11,6 +11,7 @@ from typing import Any
 
 from llama_cpp import hookimpl
 from llama_cpp.plugins import SamplerStage
+from llama_cpp.sampling import effective_logit_bias
 
 
 def _grammar(ctx: Any) -> list[Any]:
@@ -27,18 +28,9 @@ def _grammar(ctx: Any) -> list[Any]:
 def _logit_bias(ctx: Any) -> list[Any]:
     """User biases plus, with ``ignore_eos``, -inf on every end-of-generation token.
 
-    Applied once, as the first stage (the reference applied it twice).
+    Applied once, as the first stage after the grammar (the reference applied it twice).
     """
-    p = ctx.params
-    bias: dict[int, float] = {}
-    for token, value in (p.logit_bias or {}).items():
-        token = int(token)
-        if not 0 <= token < ctx.n_vocab:
-            raise ValueError(f"logit_bias token id {token} is outside the vocabulary (0..{ctx.n_vocab - 1})")
-        bias[token] = bias.get(token, 0.0) + float(value)
-    if p.ignore_eos:
-        for token in ctx.eog_tokens:
-            bias[token] = float("-inf")
+    bias = effective_logit_bias(ctx.params, ctx.n_vocab, ctx.eog_tokens)
     if not bias:
         return []
     arr = ctx.ffi.new("llama_logit_bias[]", len(bias))
