@@ -6,7 +6,7 @@ also be used directly.
 """
 
 from .assets import llama_cpp_source_dir, smollm2_path, vocab_file, vocab_test_vectors
-from .tiny_models import TinyLlamaSpec, write_tiny_llama
+from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
 
 __all__ = [
     "TinyLlamaSpec",
@@ -15,4 +15,5 @@ __all__ = [
     "vocab_file",
     "vocab_test_vectors",
     "write_tiny_llama",
+    "write_tiny_lora",
 ]

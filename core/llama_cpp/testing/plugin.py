@@ -15,7 +15,7 @@ import pytest
 
 from ..default_model import cache_dir
 from .assets import smollm2_path, vocab_file
-from .tiny_models import TinyLlamaSpec, write_tiny_llama
+from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
 
 TinyModelFactory = Callable[..., Path]
 
@@ -40,6 +40,13 @@ def tiny_model_factory() -> TinyModelFactory:
 def tiny_model_path(tiny_model_factory: TinyModelFactory) -> Path:
     """The default tiny llama model (llama SPM vocabulary, 2 layers, n_embd 64)."""
     return tiny_model_factory()
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_path(tiny_model_path: Path) -> Path:
+    """A random LoRA adapter (rank 4, on attn_q and attn_v) for ``tiny_model_path``."""
+    path = cache_dir() / "tiny-models" / ("lora-" + TinyLlamaSpec().file_name())
+    return path if path.exists() else write_tiny_lora(path)
 
 
 @pytest.fixture(scope="session")

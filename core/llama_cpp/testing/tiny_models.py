@@ -118,3 +118,32 @@ def write_tiny_llama(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
     writer.close()
     tmp.replace(path)
     return path
+
+
+def write_tiny_lora(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec(), *, rank: int = 4, alpha: float = 8.0,
+                    seed: int = 99, scale: float = 1.0) -> Path:
+    """Write a random LoRA adapter (on attn_q and attn_v of every layer) for the tiny llama of ``spec``."""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    head_dim = spec.n_embd // spec.n_head
+    targets = {"attn_q": spec.n_embd, "attn_v": spec.n_head_kv * head_dim}  # name -> output rows
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    writer = gguf.GGUFWriter(str(tmp), arch="llama")
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", alpha)
+    for i in range(spec.n_layer):
+        for name, rows in targets.items():
+            # ggml's shapes are numpy's reversed: lora_a is (n_embd in, rank), lora_b is (rank, rows out)
+            a = (rng.standard_normal((rank, spec.n_embd)) * scale).astype(np.float32)
+            b = (rng.standard_normal((rows, rank)) * scale).astype(np.float32)
+            writer.add_tensor(f"blk.{i}.{name}.weight.lora_a", a)
+            writer.add_tensor(f"blk.{i}.{name}.weight.lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
