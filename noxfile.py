@@ -19,8 +19,9 @@ def _install(session: nox.Session, extras: str = "") -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Install everything, build llama.cpp's oracle tools, run pytest."""
+    """Install everything (and the example third-party plugin), build llama.cpp's oracle tools, run pytest."""
     _install(session, "[test]")
+    session.install("./contrib/example-plugin")
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs)
 

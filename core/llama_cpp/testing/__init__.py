@@ -5,12 +5,14 @@ gives the fixtures of :mod:`llama_cpp.testing.plugin`; the functions below can
 also be used directly.
 """
 
+from .registration import registered_plugin
 from .assets import llama_cpp_source_dir, smollm2_path, vocab_file, vocab_test_vectors
 from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
 
 __all__ = [
     "TinyLlamaSpec",
     "llama_cpp_source_dir",
+    "registered_plugin",
     "smollm2_path",
     "vocab_file",
     "vocab_test_vectors",
