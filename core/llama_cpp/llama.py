@@ -13,6 +13,7 @@ from llama_cpp_native import ffi, lib
 from . import _compose, _hub, _logger
 from . import _params as P
 from ._completion import CompletionAPI
+from .plugins import get_host
 from ._handles import Closing, NativeHandle, load_model, new_context
 from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 
@@ -273,6 +274,8 @@ class Llama(CompletionAPI, Closing):
         self._piece_buf = ffi.new("char[]", 256)
         self._tok_buf = ffi.new("llama_token[]", 1)
         self.metadata = self._read_metadata()
+        if self.chat_format is None:  # a plugin for this model family may claim its format
+            self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
             self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
 
