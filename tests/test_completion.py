@@ -214,3 +214,13 @@ def test_200_llama_cycles_do_not_grow_memory(tiny_model_path: Path) -> None:
     for _ in range(200):
         cycle()
     assert rss_bytes() - before < 20 * 1024 * 1024
+
+
+def test_a_model_whose_memory_cannot_shift_gets_a_clear_error(tiny_model_factory) -> None:
+    with Llama(str(tiny_model_factory(arch="qwen2vl")), n_ctx=256, n_threads=2, verbose=False) as llm:
+        gen = llm.generate(llm.tokenize(b"Once upon"), temperature=0.0, ignore_eos=True)
+        with pytest.raises(RuntimeError, match="cannot shift; increase n_ctx"):
+            for _ in gen:
+                pass
+        # nothing was corrupted: the instance still completes
+        assert llm.create_completion("Once", max_tokens=3, temperature=0.0)["usage"]["completion_tokens"] == 3

@@ -110,3 +110,16 @@ def test_calls_after_close_raise(tiny_model_path: Path) -> None:
         model.create_completion("hi")
     with pytest.raises(RuntimeError, match="closed"):
         model.tokenize(b"hi")
+
+
+def test_token_ids_are_checked(llm: Llama) -> None:
+    import numpy as np
+
+    tokens = np.array(llm.tokenize(b"Once upon a time"), dtype=np.intc)  # numpy ids are fine
+    assert llm.create_completion(tokens, max_tokens=2)["usage"]["prompt_tokens"] == len(tokens)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.eval([-1])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.create_completion([1, 10**6], max_tokens=2)
+    with pytest.raises(TypeError, match="integers"):
+        llm.eval([1.5])  # type: ignore[list-item]

@@ -112,7 +112,7 @@ class CompletionAPI:
         else:
             if suffix is not None:
                 raise ValueError("suffix needs a text prompt, not token ids")
-            prompt_tokens = [int(t) for t in prompt]
+            prompt_tokens = self._token_list(prompt)
             prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "replace")
         if not prompt_tokens:
             prompt_tokens = [self.token_bos()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
@@ -429,10 +430,7 @@ class Llama(CompletionAPI, Closing):
                    special: bool = False) -> bytes:
         """The bytes of ``tokens``; with ``prev_tokens``, as they continue that text."""
         self._live_model()
-        for t in tokens:
-            if not 0 <= t < self._n_vocab:
-                raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
-        return b"".join(self._piece(t, special) for t in tokens)
+        return b"".join(self._piece(t, special) for t in self._token_list(tokens))
 
     # -- evaluation -----------------------------------------------------------
     def reset(self) -> None:
@@ -535,11 +533,20 @@ class Llama(CompletionAPI, Closing):
         lib.llama_memory_seq_add(mem, 0, keep + discard, -1, -discard)
         del self._tokens[keep:keep + discard]
 
-    def eval(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after those already in the context."""
-        for t in tokens:
+    def _token_list(self, tokens: Sequence[int]) -> list[int]:
+        """Token ids as Python ints (numpy integers welcome), each checked against the vocabulary."""
+        try:
+            ids = [operator.index(t) for t in tokens]
+        except TypeError:
+            raise TypeError("token ids must be integers") from None
+        for t in ids:
             if not 0 <= t < self._n_vocab:
                 raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
+        return ids
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        """Evaluate ``tokens`` after those already in the context."""
+        tokens = self._token_list(tokens)
         if len(self._tokens) + len(tokens) > self.n_ctx():
             if len(tokens) > self.n_ctx():
                 raise ValueError(f"{len(tokens)} tokens do not fit in the context window of {self.n_ctx()}")
@@ -589,7 +596,7 @@ class Llama(CompletionAPI, Closing):
         if "temp" in sampling:
             sampling["temperature"] = sampling.pop("temp")
         params = self._sampling(sampling)
-        return self._generate(list(tokens), params, reset, logits_processor, stopping_criteria)
+        return self._generate(self._token_list(tokens), params, reset, logits_processor, stopping_criteria)
 
     def logits_view(self) -> np.ndarray:
         """The logits of the last evaluated token: a zero-copy float32 view, valid until the next decode."""

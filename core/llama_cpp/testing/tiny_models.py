@@ -24,6 +24,8 @@ class TinyLlamaSpec:
     """Shape of a tiny llama-architecture model; every field changes the file."""
 
     vocab: str = "llama-spm"  # a models/ggml-vocab-<name>.gguf of the pinned source
+    # "llama", or "qwen2vl": the same tensors with M-RoPE, whose KV cache cannot shift
+    arch: str = "llama"
     n_embd: int = 64
     n_layer: int = 2
     n_head: int = 4
@@ -36,7 +38,7 @@ class TinyLlamaSpec:
 
     def file_name(self) -> str:
         key = hashlib.sha256(repr(self).encode()).hexdigest()[:12]
-        return f"tiny-llama-{self.vocab}-{self.n_embd}x{self.n_layer}-{key}.gguf"
+        return f"tiny-{self.arch}-{self.vocab}-{self.n_embd}x{self.n_layer}-{key}.gguf"
 
 
 def _copy_tokenizer(writer: Any, vocab_path: Path) -> int:
@@ -66,6 +68,8 @@ def write_tiny_llama(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
 
     if spec.n_embd % spec.n_head or spec.n_head % spec.n_head_kv:
         raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
+    if spec.arch not in ("llama", "qwen2vl"):
+        raise ValueError(f"arch must be 'llama' or 'qwen2vl', got {spec.arch!r}")
     rng = np.random.default_rng(spec.seed)
     head_dim = spec.n_embd // spec.n_head
 
@@ -77,7 +81,7 @@ def write_tiny_llama(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    writer = gguf.GGUFWriter(str(tmp), arch="llama")
+    writer = gguf.GGUFWriter(str(tmp), arch=spec.arch)
     writer.add_name("tiny-llama")
     writer.add_context_length(spec.n_ctx_train)
     writer.add_embedding_length(spec.n_embd)
@@ -86,6 +90,9 @@ def write_tiny_llama(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
     writer.add_rope_dimension_count(head_dim)
+    if spec.arch == "qwen2vl":  # M-RoPE: the rotary dimensions split over (t, h, w, extra) positions
+        quarter = head_dim // 8
+        writer.add_rope_dimension_sections([head_dim // 2 - 2 * quarter, quarter, quarter, 0])
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     n_vocab = _copy_tokenizer(writer, vocab_file(spec.vocab))
