@@ -129,3 +129,41 @@ def test_top_level_names_of_the_seed() -> None:
     for name in ("Llama", "LlamaState", "LlamaGrammar", "LogitsProcessorList", "StoppingCriteriaList",
                  "MinTokensLogitsProcessor", "llama_backend_init", "llama_model_load_from_file", "LLAMA_DEFAULT_SEED"):
         assert hasattr(llama_cpp, name), name
+
+
+def test_tokenizer_objects(tiny_model_path: Path) -> None:
+    from llama_cpp import LlamaTokenizer
+
+    tok = LlamaTokenizer.from_ggml_file(str(tiny_model_path))
+    assert tok.encode("Hello World") == [1, 15043, 2787]
+    assert tok.encode("</s>") != [1, 2]  # user text spelling a special token stays text
+    assert tok.decode([15043, 2787]) == " Hello World"
+
+    class Upper:
+        """A custom tokenizer (the seed's ``tokenizer=`` argument) that Llama delegates to."""
+
+        def tokenize(self, text, add_bos=True, special=False):
+            return [1] + [100 + b for b in text.upper()] if add_bos else [100 + b for b in text.upper()]
+
+        def detokenize(self, tokens, prev_tokens=None, special=False):
+            return bytes(t - 100 for t in tokens if t >= 100)
+
+    with Llama(str(tiny_model_path), vocab_only=True, verbose=False, tokenizer=Upper()) as llm:
+        assert llm.tokenize(b"ab") == [1, 165, 166]
+        assert llm.detokenize([165, 166]) == b"AB"
+
+
+def test_model_accessors_and_helpers(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=256, verbose=False) as llm:
+        assert llm.n_head_kv() == 2 and llm.n_embd_out() == 64 and llm.n_swa() == 0
+        assert llm.model is not None and llm.ctx is not None and not llm.is_hybrid
+        llm.eval(llm.tokenize(b"Hello"))
+        assert llm.eval_tokens == llm.tokenize(b"Hello") and llm.loaded_lora_count == 0
+    logprobs = Llama.logits_to_logprobs([1.0, 2.0, 3.0])
+    assert abs(float(sum(__import__("numpy").exp(logprobs))) - 1.0) < 1e-6
+    assert Llama.longest_token_prefix([1, 2, 3], [1, 2, 4]) == 2
+
+
+def test_mmproj_without_a_multimodal_handler_is_refused(tiny_model_path: Path) -> None:
+    with pytest.raises(ValueError, match="multimodal"):
+        Llama(str(tiny_model_path), str(tiny_model_path), verbose=False)

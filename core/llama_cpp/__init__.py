@@ -5,7 +5,7 @@ its C names (:mod:`llama_cpp.llama_cpp`).
 """
 
 from .llama_cpp import *  # noqa: F401,F403  (the seed's top-level C API)
-from .llama import Llama, LlamaState
+from .llama import Llama, LlamaState, LlamaTokenizer
 from .llama_grammar import LlamaGrammar
 from .processors import LogitsProcessorList, MinTokensLogitsProcessor, StoppingCriteriaList
 from .plugins import hookimpl

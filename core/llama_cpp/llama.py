@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
 
@@ -31,6 +32,31 @@ class LlamaState:
     llama_state_size: int
     seed: int
     scores: np.ndarray | None = None  # kept for the seed's field list; logits are part of llama_state
+
+
+class LlamaTokenizer:
+    """Tokenizes with a Llama's vocabulary (llama-cpp-python's ``LlamaTokenizer``)."""
+
+    def __init__(self, llama: "Llama") -> None:
+        self._model = llama
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        # special=False like Llama.tokenize: user text that spells a special token stays text
+        return self._model.tokenize(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
+                   special: bool = False) -> bytes:
+        return self._model.detokenize(tokens, prev_tokens=prev_tokens, special=special)
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.detokenize(tokens).decode("utf-8", errors="ignore")
+
+    @classmethod
+    def from_ggml_file(cls, path: str) -> "LlamaTokenizer":
+        return cls(Llama(model_path=path, vocab_only=True, verbose=False))
 
 
 class GenerationAborted(Exception):
@@ -135,6 +161,10 @@ class Llama(CompletionAPI, Closing):
         type_v: int | None = None,
         no_perf: bool = False,
         last_n_tokens_size: int = 64,
+        ctx_checkpoints: int = 16,
+        checkpoint_interval: int = 4096,
+        checkpoint_on_device: bool = False,
+        tokenizer: Any = None,
         # capabilities: objects, or dicts that name a plugin (see llama_cpp._compose)
         chat_format: str | None = None,
         chat_handler: Any = None,
@@ -148,6 +178,9 @@ class Llama(CompletionAPI, Closing):
         log_filters_case_sensitive: bool = True,
         **legacy: Any,
     ) -> None:
+        if mmproj_path is not None:
+            raise ValueError("mmproj_path: multimodal models need a multimodal handler, and none is available in "
+                             "this version of llama_cpp")
         self._closed = True  # until fully constructed, close() has nothing to free
         self._model: NativeHandle | None = None
         self._ctx: NativeHandle | None = None
@@ -275,6 +308,16 @@ class Llama(CompletionAPI, Closing):
         self._piece_buf = ffi.new("char[]", 256)
         self._tok_buf = ffi.new("llama_token[]", 1)
         self.metadata = self._read_metadata()
+        self.tokenizer_ = tokenizer
+        self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
+        self.checkpoint_interval = P.check_int("checkpoint_interval", checkpoint_interval, 1)
+        self.checkpoint_on_device = bool(checkpoint_on_device)
+        model_ptr = self._model.ptr
+        self.is_hybrid = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
+        if self.is_hybrid and self.ctx_checkpoints and verbose:
+            warnings.warn("recurrent/hybrid model: this version of llama_cpp keeps no state checkpoints "
+                          "(ctx_checkpoints), so a prompt that differs from the evaluated one is evaluated again "
+                          "from the start", RuntimeWarning, stacklevel=2)
         if self.chat_format is None:  # a plugin for this model family may claim its format
             self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
@@ -387,6 +430,69 @@ class Llama(CompletionAPI, Closing):
         self._live_model()
         return lib.llama_vocab_pad(self._vocab)
 
+    def n_head_kv(self) -> int:
+        return lib.llama_model_n_head_kv(self._live_model())
+
+    def n_embd_inp(self) -> int:
+        return lib.llama_model_n_embd_inp(self._live_model())
+
+    def n_embd_out(self) -> int:
+        return lib.llama_model_n_embd_out(self._live_model())
+
+    def n_layer_nextn(self) -> int:
+        return lib.llama_model_n_layer_nextn(self._live_model())
+
+    def n_swa(self) -> int:
+        return lib.llama_model_n_swa(self._live_model())
+
+    def token_mask(self) -> int:
+        self._live_model()
+        return lib.llama_vocab_mask(self._vocab)
+
+    def pooling_type(self) -> int:
+        return int(lib.llama_pooling_type(self._live_ctx()))
+
+    @property
+    def model(self) -> Any:
+        """The raw ``llama_model *`` (for the low-level API)."""
+        return self._live_model()
+
+    @property
+    def ctx(self) -> Any:
+        """The raw ``llama_context *`` (for the low-level API)."""
+        return self._live_ctx()
+
+    @property
+    def eval_tokens(self) -> list[int]:
+        """The tokens whose state is in the KV cache (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def loaded_lora_count(self) -> int:
+        return len(self._loras)
+
+    def tokenizer(self) -> "LlamaTokenizer":
+        """A tokenizer object over this model (llama-cpp-python's ``LlamaTokenizer``)."""
+        return LlamaTokenizer(self)
+
+    @staticmethod
+    def logits_to_logprobs(logits: Any, axis: int = -1) -> np.ndarray:
+        """log softmax, computed stably in float32."""
+        values = np.asarray(logits, dtype=np.float32)
+        peak = values.max(axis=axis, keepdims=True)
+        shifted = values - peak
+        return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+    @staticmethod
+    def longest_token_prefix(a: Sequence[int], b: Sequence[int], verbose: bool = False) -> int:
+        """Length of the common prefix of two token sequences."""
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return n
+
     def _eog_tokens(self) -> list[int]:
         if self._eog is None:
             vocab = self._vocab
@@ -407,6 +513,8 @@ class Llama(CompletionAPI, Closing):
         if isinstance(text, str):
             raise TypeError("tokenize() takes bytes; encode the text first (text.encode('utf-8'))")
         self._live_model()
+        if self.tokenizer_ is not None:
+            return list(self.tokenizer_.tokenize(text, add_bos=add_bos, special=special))
         capacity = len(text) + 2
         buf = ffi.new("llama_token[]", capacity)
         n = lib.llama_tokenize(self._vocab, text, len(text), buf, capacity, add_bos, special)
@@ -430,6 +538,8 @@ class Llama(CompletionAPI, Closing):
                    special: bool = False) -> bytes:
         """The bytes of ``tokens``; with ``prev_tokens``, as they continue that text."""
         self._live_model()
+        if self.tokenizer_ is not None:
+            return bytes(self.tokenizer_.detokenize(list(tokens), prev_tokens=prev_tokens, special=special))
         return b"".join(self._piece(t, special) for t in self._token_list(tokens))
 
     # -- evaluation -----------------------------------------------------------
