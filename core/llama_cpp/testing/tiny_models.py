@@ -41,6 +41,16 @@ class TinyLlamaSpec:
         return f"tiny-{self.arch}-{self.vocab}-{self.n_embd}x{self.n_layer}-{key}.gguf"
 
 
+def _finish(writer: Any, tmp: Path, path: Path) -> Path:
+    """Write the file under a temporary name and move it into place, so a cache never holds half a model."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
 def _copy_tokenizer(writer: Any, vocab_path: Path) -> int:
     """Copy every ``tokenizer.*`` key of a vocab GGUF; returns the vocabulary size."""
     import gguf
@@ -119,12 +129,7 @@ def write_tiny_llama(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
     writer.add_tensor("output_norm.weight", norm())
     writer.add_tensor("output.weight", weight(n_vocab, spec.n_embd, 0.5))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
 
 
 def write_tiny_lora(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec(), *, rank: int = 4, alpha: float = 8.0,
@@ -148,9 +153,4 @@ def write_tiny_lora(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec(), *, rank: 
             b = (rng.standard_normal((rows, rank)) * scale).astype(np.float32)
             writer.add_tensor(f"blk.{i}.{name}.weight.lora_a", a)
             writer.add_tensor(f"blk.{i}.{name}.weight.lora_b", b)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return _finish(writer, tmp, path)
