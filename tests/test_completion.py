@@ -224,3 +224,22 @@ def test_a_model_whose_memory_cannot_shift_gets_a_clear_error(tiny_model_factory
                 pass
         # nothing was corrupted: the instance still completes
         assert llm.create_completion("Once", max_tokens=3, temperature=0.0)["usage"]["completion_tokens"] == 3
+
+
+def test_logits_all_keeps_scores_and_scores_the_echoed_prompt(smollm2_model_path: Path) -> None:
+    with Llama(str(smollm2_model_path), n_ctx=256, n_threads=2, logits_all=True, verbose=False) as llm:
+        out = llm.create_completion(PROMPT, max_tokens=4, temperature=0.0, echo=True, logprobs=2)
+        lp = out["choices"][0]["logprobs"]
+        n_prompt = out["usage"]["prompt_tokens"]
+        assert len(lp["tokens"]) == n_prompt + out["usage"]["completion_tokens"]
+        assert lp["token_logprobs"][0] is None and all(v is not None for v in lp["token_logprobs"][1:])
+        assert out["choices"][0]["text"].startswith(PROMPT)
+        # row i of scores is what the model predicted after token i; " Paris" is likely after the prompt
+        assert llm.scores.shape == (llm.n_tokens, llm.n_vocab())
+        paris = llm.tokenize(b" Paris", add_bos=False)[0]
+        assert int(llm.scores[n_prompt - 1].argmax()) == paris
+    with Llama(str(smollm2_model_path), n_ctx=256, verbose=False) as llm:
+        out = llm.create_completion(PROMPT, max_tokens=2, temperature=0.0, echo=True, logprobs=1)
+        assert out["choices"][0]["logprobs"]["token_logprobs"][1] is None  # no history without logits_all
+        with pytest.raises(RuntimeError, match="logits_all"):
+            llm.scores

@@ -7,6 +7,7 @@ model: everything here goes through ``Llama.tokenize`` and ``Llama._generate``.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -157,17 +158,6 @@ class CompletionAPI:
         def lp_block(tokens: list[str], offsets: list[int], values: list[float | None], tops: list) -> dict:
             return {"tokens": tokens, "text_offset": offsets, "token_logprobs": values, "top_logprobs": tops}
 
-        if echo:
-            lp = None
-            if logprobs is not None:
-                # scoring the prompt would need the logits of every prompt token (logits_all);
-                # echoed prompt tokens carry their text and offset, with no logprob
-                texts = [piece_text(t) for t in prompt_tokens]
-                offsets = list(np.cumsum([0] + [len(t) for t in texts[:-1]]))
-                lp = lp_block(texts, [int(o) for o in offsets], [None] * len(texts), [None] * len(texts))
-            yield chunk(prompt_text, None, lp)
-            offset = len(prompt_text)
-
         scanner = StopScanner(stops)
         finish = "length"
         hit_stop = False
@@ -188,9 +178,23 @@ class CompletionAPI:
         if self.cache is not None:
             self._restore_from_cache(prompt_tokens)
         gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria)
+        tokens: Iterator[int] = gen
         try:
+            if echo:
+                # the prompt is evaluated when the first token is drawn; with logits_all its
+                # logits rows are then in self.scores and the echoed tokens can be scored
+                first = next(gen, None)
+                lp = None
+                if logprobs is not None:
+                    texts = [piece_text(t) for t in prompt_tokens]
+                    values, tops = self._prompt_logprobs(prompt_tokens, logprobs, piece_text)
+                    offsets = [int(o) for o in np.cumsum([0] + [len(t) for t in texts[:-1]])]
+                    lp = lp_block(texts, offsets, values, tops)
+                yield chunk(prompt_text, None, lp)
+                offset = len(prompt_text)
+                tokens = itertools.chain([] if first is None else [first], gen)
             if max_tokens > 0:
-                for token in gen:
+                for token in tokens:
                     n_generated += 1
                     if logprobs is not None:
                         value, top = _logprob_entry(self.logits_view(), token, logprobs, piece_text)
@@ -217,6 +221,22 @@ class CompletionAPI:
         usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_generated,
                  "total_tokens": len(prompt_tokens) + n_generated}
         yield chunk("", finish, None, usage)
+
+    def _prompt_logprobs(self: "Llama", prompt_tokens: list[int], top_n: int,
+                         piece_of: Callable[[int], str]) -> tuple[list[float | None], list[dict | None]]:
+        """Logprobs of each prompt token given the ones before it (None without logits_all)."""
+        values: list[float | None] = [None]
+        tops: list[dict | None] = [None]
+        scores = self._scores
+        for i in range(1, len(prompt_tokens)):
+            if scores is None:
+                values.append(None)
+                tops.append(None)
+                continue
+            value, top = _logprob_entry(scores[i - 1], prompt_tokens[i], top_n, piece_of)
+            values.append(value)
+            tops.append(top)
+        return values, tops
 
     def _restore_from_cache(self: "Llama", prompt_tokens: list[int]) -> None:
         """Load the cached state whose tokens share a longer prefix with the prompt than the live context."""

@@ -16,7 +16,7 @@ from . import _compose, _hub, _logger
 from . import _params as P
 from ._completion import CompletionAPI
 from .plugins import get_host
-from ._handles import Closing, NativeHandle, load_model, new_context
+from ._handles import Batch, Closing, NativeHandle, load_model, new_context
 from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 
 _GGUF_MAGIC = b"GGUF"
@@ -300,6 +300,9 @@ class Llama(CompletionAPI, Closing):
             self._ctx = new_context(self._model, cparams)
         self._closed = False
         self._tokens: list[int] = []  # the ledger: tokens whose state is in the KV cache
+        self._batch_handle: Batch | None = None
+        self._scores = (np.zeros((lib.llama_n_ctx(self._ctx.ptr), self._n_vocab), dtype=np.float32)
+                        if self.logits_all and self._ctx is not None else None)
         self._lock = threading.Lock()
         self._abort = threading.Event()
         abort_flag = self._abort.is_set
@@ -334,7 +337,7 @@ class Llama(CompletionAPI, Closing):
     def close(self) -> None:
         """Free the context, the adapters and the model (idempotent)."""
         self._closed = True
-        for handle in [self._ctx, *self._loras, self._model]:
+        for handle in [getattr(self, "_batch_handle", None), self._ctx, *self._loras, self._model]:
             if handle is not None:
                 handle.close()
         self._loras = []
@@ -604,7 +607,12 @@ class Llama(CompletionAPI, Closing):
         self._abort.set()
 
     def _decode(self, tokens: Sequence[int]) -> None:
-        """Decode in n_batch chunks; a long prefill can be interrupted by ``abort()``."""
+        """Decode in n_batch chunks; a long prefill can be interrupted by ``abort()``.
+
+        With ``logits_all`` every token's logits are requested and kept in
+        ``scores`` (the caller asked for that history); otherwise only the last
+        token's logits are computed.
+        """
         ctx = self._live_ctx()
         n_batch = self.context_params.n_batch
         interruptible = len(tokens) > 32  # the callback runs per graph node: too costly per token
@@ -613,17 +621,42 @@ class Llama(CompletionAPI, Closing):
         try:
             for start in range(0, len(tokens), n_batch):
                 chunk = tokens[start:start + n_batch]
-                arr = ffi.new("llama_token[]", chunk)
-                rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
+                if self._scores is not None:
+                    batch = self._batch()
+                    batch.set_tokens(chunk, len(self._tokens), logits_last=True, logits_all=True)
+                    rc = lib.llama_decode(ctx, batch.batch)
+                else:
+                    arr = ffi.new("llama_token[]", chunk)
+                    rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
                 if rc == 2:  # aborted: drop whatever part of the chunk reached the cache
                     lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), 0, len(self._tokens), -1)
                     raise GenerationAborted()
                 if rc != 0:
                     raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
+                if self._scores is not None:
+                    rows = np.frombuffer(ffi.buffer(lib.llama_get_logits(ctx), len(chunk) * self._n_vocab * 4),
+                                         dtype=np.float32).reshape(len(chunk), self._n_vocab)
+                    self._scores[len(self._tokens):len(self._tokens) + len(chunk)] = rows
                 self._tokens.extend(chunk)
         finally:
             if interruptible:
                 lib.llama_set_abort_callback(ctx, ffi.NULL, ffi.NULL)
+
+    def _batch(self) -> Batch:
+        if self._batch_handle is None:
+            self._batch_handle = Batch(self.context_params.n_batch)
+        return self._batch_handle
+
+    @property
+    def scores(self) -> np.ndarray:
+        """With ``logits_all=True``: the logits of every evaluated token (row i for token i)."""
+        if self._scores is None:
+            raise RuntimeError("scores are kept only with Llama(logits_all=True)")
+        return self._scores[: len(self._tokens)]
+
+    @property
+    def eval_logits(self) -> np.ndarray:
+        return self.scores
 
     def _shift_context(self, incoming: int) -> None:
         """Make room for ``incoming`` tokens by discarding old ones after the first n_keep."""
@@ -641,6 +674,8 @@ class Llama(CompletionAPI, Closing):
         discard = max(required, (n_past - keep) // 2)
         lib.llama_memory_seq_rm(mem, 0, keep, keep + discard)
         lib.llama_memory_seq_add(mem, 0, keep + discard, -1, -discard)
+        if self._scores is not None:  # the logits rows move with their tokens
+            self._scores[keep:n_past - discard] = self._scores[keep + discard:n_past]
         del self._tokens[keep:keep + discard]
 
     def _token_list(self, tokens: Sequence[int]) -> list[int]:
@@ -785,6 +820,8 @@ class Llama(CompletionAPI, Closing):
                     rc = decode(ctx, one)
                     if rc != 0:
                         raise RuntimeError(f"llama_decode failed ({rc})")
+                    if self._scores is not None:
+                        self._scores[len(ledger)] = self.logits_view()
                     ledger.append(token)
                     if ids is not None:
                         ids.append(token)
