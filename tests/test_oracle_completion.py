@@ -64,3 +64,24 @@ def test_create_completion_text_equals_llama_completion(smollm2_model_path: Path
         streamed = "".join(c["choices"][0]["text"] for c in llm.create_completion(
             prompt, max_tokens=24, temperature=0.0, stream=True))
         assert streamed == expected
+
+
+@pytest.mark.parametrize(("ours", "native"), [
+    (dict(repeat_penalty=1.3, frequency_penalty=0.1, presence_penalty=0.2, penalty_last_n=64),
+     ["--repeat-penalty", "1.3", "--frequency-penalty", "0.1", "--presence-penalty", "0.2", "--repeat-last-n", "64"]),
+    (dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2, dry_penalty_last_n=128),
+     ["--dry-multiplier", "0.8", "--dry-base", "1.75", "--dry-allowed-length", "2", "--dry-penalty-last-n", "128"]),
+], ids=["penalties", "dry"])
+def test_history_penalties_equal_llama_completion(smollm2_model_path: Path, ours: dict, native: list[str]) -> None:
+    """Penalties and DRY see the prompt, as in llama.cpp (it accepts the prompt into its sampler)."""
+    with Llama(str(smollm2_model_path), n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False) as llm:
+        for prompt in PROMPTS[:3]:
+            expected = llama_completion(smollm2_model_path, prompt, 32, extra=native)
+            gen = llm.generate(llm.tokenize(prompt.encode(), special=True), temperature=0.0, **ours)
+            produced = b""
+            for i, token in enumerate(gen):
+                produced += llm.detokenize([token])
+                if i == 31:
+                    break
+            gen.close()
+            assert produced == expected, prompt

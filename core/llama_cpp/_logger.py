@@ -11,10 +11,11 @@ Levels: 0 output, 1 error, 2 warn, 3 info (the default), 4 trace, 5 debug.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from llama_cpp_native import ffi, lib
 
@@ -62,9 +63,30 @@ def parse_verbosity(value: object) -> int:
     raise TypeError(f"verbosity must be an int, a string or a bool, got {type(value).__name__}")
 
 
+_captures = threading.local()
+
+
+@contextlib.contextmanager
+def capture_messages() -> Iterator[list[str]]:
+    """Collect the messages llama.cpp logs on this thread inside the block, whatever the level.
+
+    Used to put llama.cpp's own diagnostic into the exception a failed call raises.
+    """
+    collected: list[str] = []
+    previous = getattr(_captures, "messages", None)
+    _captures.messages = collected
+    try:
+        yield collected
+    finally:
+        _captures.messages = previous
+
+
 @ffi.callback("ggml_log_callback")
 def _on_log(level: int, text: object, user_data: object) -> None:
     message = ffi.string(text).decode("utf-8", "replace")  # type: ignore[arg-type]
+    collected = getattr(_captures, "messages", None)
+    if collected is not None:
+        collected.append(message)
     needed = _state["last"] if level == lib.GGML_LOG_LEVEL_CONT else _GGML_LEVELS.get(level, 3)
     _state["last"] = needed
     if needed > _state["verbosity"]:

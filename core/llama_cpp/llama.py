@@ -725,8 +725,9 @@ class Llama(CompletionAPI, Closing):
         return SamplingParams(**values)
 
     def _chain(self, params: SamplingParams) -> SamplerChain:
-        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab,
-                                         n_ctx=self.n_ctx(), eog_tokens=self._eog_tokens() if params.ignore_eos else ()))
+        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab, n_ctx=self.n_ctx(),
+                                         eog_tokens=self._eog_tokens() if params.ignore_eos else (),
+                                         history=tuple(self._tokens)))
 
     def generate(self, tokens: Sequence[int], *, reset: bool = True,
                  logits_processor: Callable[..., Any] | None = None,
@@ -742,6 +743,25 @@ class Llama(CompletionAPI, Closing):
             sampling["temperature"] = sampling.pop("temp")
         params = self._sampling(sampling)
         return self._generate(self._token_list(tokens), params, reset, logits_processor, stopping_criteria)
+
+    def sample(self, idx: int = -1, **sampling: Any) -> int:
+        """Sample one token from the logits of the last evaluated token (or output ``idx``) and accept it.
+
+        The sampling keywords are those of ``generate``; a chain is built for
+        this one call, so stateful samplers (mirostat, penalties) start fresh.
+        """
+        ctx = self._live_ctx()
+        if not self._tokens:
+            raise RuntimeError("sample() needs evaluated tokens: call eval() first")
+        if "temp" in sampling:
+            sampling["temperature"] = sampling.pop("temp")
+        chain = self._chain(self._sampling(sampling))
+        try:
+            if chain.biased_argmax and len(chain.active) == 1:
+                return int(self.logits_view().argmax()) if idx == -1 else chain.sample(ctx, idx)
+            return chain.sample(ctx, idx)
+        finally:
+            chain.close()
 
     def logits_view(self) -> np.ndarray:
         """The logits of the last evaluated token: a zero-copy float32 view, valid until the next decode."""

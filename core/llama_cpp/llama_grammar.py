@@ -17,6 +17,7 @@ from pathlib import Path
 
 from llama_cpp_native import ffi, grammars_dir, lib
 
+from ._logger import capture_messages
 from ._stderr import capture_stderr
 
 _AT = re.compile(r"error parsing grammar: (.*?) at (.*)", re.S)
@@ -38,12 +39,12 @@ def validate_gbnf(text: str, root: str = "root") -> None:
     """Raise ValueError (with the position) unless llama.cpp accepts ``text`` as a grammar."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a grammar must be a non-empty GBNF string")
-    with capture_stderr() as captured:
+    with capture_stderr() as captured, capture_messages() as logged:
         smpl = lib.llama_sampler_init_grammar(ffi.NULL, text.encode("utf-8"), root.encode("utf-8"))
     if smpl != ffi.NULL:
         lib.llama_sampler_free(smpl)
         return
-    message = captured.text.strip()
+    message = (captured.text + "".join(logged)).strip()
     match = _AT.search(message)
     if match:
         what, rest = match.group(1), match.group(2)

@@ -55,6 +55,11 @@ def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
             raise ValueError(f"logit_bias values must be numbers, got {bias!r} for token {token!r}")
 
 
+def _tag(attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
 def _grammar(value: Any) -> None:
     if value is not None and not (hasattr(value, "grammar") and hasattr(value, "root")):
         raise ValueError(f"grammar must be a LlamaGrammar (LlamaGrammar.from_string(...)), got {type(value).__name__}")
@@ -92,6 +97,16 @@ class SamplingParams:
     logit_bias: Mapping[int, float] | None = attrs.field(default=None, validator=_logit_bias)
     ignore_eos: bool = False
     grammar: Any = attrs.field(default=None, validator=lambda i, a, v: _grammar(v))
+    grammar_lazy: bool = False
+    # words (str) or token ids (int) that switch a lazy grammar on
+    grammar_triggers: tuple[str | int, ...] = attrs.field(default=(), converter=tuple)
+    use_infill: bool = False
+    reasoning_budget: int = attrs.field(default=-1, validator=_int(-1))
+    reasoning_start: str = attrs.field(default="<think>", validator=lambda i, a, v: _tag(a, v))
+    reasoning_end: str = attrs.field(default="</think>", validator=lambda i, a, v: _tag(a, v))
+    reasoning_budget_message: str | None = None
+    reasoning_start_in_prompt: bool = False
+    reasoning_start_max_tokens: int | None = attrs.field(default=32, validator=lambda i, a, v: v is None or _int(0)(i, a, v))
     seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int())
     samplers: tuple[str, ...] | None = attrs.field(
         default=None, converter=lambda v: None if v is None else tuple(v)
@@ -102,6 +117,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.grammar_lazy and self.grammar is None:
+            raise ValueError("grammar_lazy needs a grammar")
+        if self.grammar_lazy and not self.grammar_triggers:
+            raise ValueError("grammar_lazy needs grammar_triggers (words or token ids that start the grammar)")
+        for trigger in self.grammar_triggers:
+            if isinstance(trigger, bool) or not isinstance(trigger, (str, int)) or trigger == "":
+                raise ValueError(f"grammar_triggers holds words (str) and token ids (int), got {trigger!r}")
 
 
 def effective_logit_bias(params: SamplingParams, n_vocab: int, eog_tokens: Sequence[int]) -> dict[int, float]:
@@ -128,8 +152,14 @@ class ChainContext:
     n_vocab: int
     n_ctx: int
     eog_tokens: Sequence[int]
+    # the tokens before generation (the prompt, or all evaluated tokens): penalty
+    # samplers are primed with them, as llama.cpp primes them with the prompt
+    history: Sequence[int] = ()
     lib: Any = lib
     ffi: Any = ffi
+    # Python objects a stage's native samplers point into (callbacks, arrays):
+    # the chain keeps them alive as long as it lives
+    keep: list = attrs.field(factory=list)
 
 
 def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[SamplerStage]]:
@@ -154,13 +184,14 @@ def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[Sa
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
-    __slots__ = ("ptr", "active")
+    __slots__ = ("ptr", "active", "_keep")
 
     def __init__(self, ctx: ChainContext) -> None:
         sparams = lib.llama_sampler_chain_default_params()
         sparams.no_perf = True
         self.ptr = lib.llama_sampler_chain_init(sparams)
         self.active: list[str] = []  # the stages that contributed samplers, in chain order
+        self._keep = ctx.keep
         try:
             filters, finals = _ordered_stages(ctx.params)
             for stage in filters:

@@ -7,22 +7,52 @@ that a third-party stage can be registered between two built-in ones.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from llama_cpp import hookimpl
 from llama_cpp.plugins import SamplerStage
 from llama_cpp.sampling import effective_logit_bias
 
+from .reasoning import reasoning_budget_stage
+
+
+_ECMA_SPECIAL = re.compile(r"[.*+?^${}()|\[\]\\/]")
+
 
 def _grammar(ctx: Any) -> list[Any]:
-    """The GBNF grammar, first in the chain as in llama.cpp (already validated by LlamaGrammar)."""
-    grammar = ctx.params.grammar
-    if grammar is None:
+    """The GBNF grammar, first in the chain as in llama.cpp (already validated by LlamaGrammar).
+
+    A lazy grammar stays inactive until a trigger word appears in the output
+    or a trigger token is sampled; llama.cpp then constrains the text from the
+    trigger on.
+    """
+    p = ctx.params
+    if p.grammar is None:
         return []
-    smpl = ctx.lib.llama_sampler_init_grammar(ctx.vocab, grammar.grammar.encode("utf-8"), grammar.root.encode("utf-8"))
+    text, root = p.grammar.grammar.encode("utf-8"), p.grammar.root.encode("utf-8")
+    if not p.grammar_lazy:
+        smpl = ctx.lib.llama_sampler_init_grammar(ctx.vocab, text, root)
+    else:
+        words = [ctx.ffi.new("char[]", _ECMA_SPECIAL.sub(lambda m: "\\" + m.group(0), t).encode("utf-8"))
+                 for t in p.grammar_triggers if isinstance(t, str)]
+        tokens = [t for t in p.grammar_triggers if isinstance(t, int)]
+        for token in tokens:
+            if not 0 <= token < ctx.n_vocab:
+                raise ValueError(f"grammar_triggers: {token} is not a token id of this model")
+        patterns = ctx.ffi.new("char *[]", words)
+        token_ids = ctx.ffi.new("llama_token[]", tokens)
+        ctx.keep.extend((words, patterns, token_ids))
+        smpl = ctx.lib.llama_sampler_init_grammar_lazy_patterns(
+            ctx.vocab, text, root, patterns, len(words), token_ids, len(tokens))
     if smpl == ctx.ffi.NULL:
         raise ValueError("llama.cpp rejected the grammar for this model's vocabulary")
     return [smpl]
+
+
+def _infill(ctx: Any) -> list[Any]:
+    """Fill-in-the-middle sampling (use_infill): prefers ending the middle over rambling on."""
+    return [ctx.lib.llama_sampler_init_infill(ctx.vocab)] if ctx.params.use_infill else []
 
 
 def _logit_bias(ctx: Any) -> list[Any]:
@@ -40,57 +70,76 @@ def _logit_bias(ctx: Any) -> list[Any]:
     return [ctx.lib.llama_sampler_init_logit_bias(ctx.n_vocab, len(bias), arr)]
 
 
+def _primed(ctx: Any, smpl: Any, last_n: int) -> Any:
+    """Feed the last ``last_n`` tokens before generation to a sampler that penalizes history.
+
+    llama.cpp's own programs accept the prompt into their sampler, so
+    repetition of the prompt is penalized from the first generated token on.
+    """
+    for token in ctx.history[-last_n:]:
+        ctx.lib.llama_sampler_accept(smpl, token)
+    return smpl
+
+
 def _penalties(ctx: Any) -> list[Any]:
     p = ctx.params
-    if p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0:
+    if p.mirostat_mode or (p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0 and p.presence_penalty == 0.0):
         return []
     last_n = ctx.n_ctx if p.penalty_last_n == -1 else p.penalty_last_n  # -1 = the whole context
     if last_n == 0:
         return []
-    return [ctx.lib.llama_sampler_init_penalties(ctx.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty,
-                                                 p.presence_penalty)]
+    smpl = ctx.lib.llama_sampler_init_penalties(ctx.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty,
+                                                p.presence_penalty)
+    return [_primed(ctx, smpl, last_n)]
 
 
 def _dry(ctx: Any) -> list[Any]:
     p = ctx.params
-    if p.dry_multiplier <= 0.0:
+    if p.dry_multiplier <= 0.0 or p.mirostat_mode:
         return []
     breakers = [ctx.ffi.new("char[]", s.encode("utf-8")) for s in p.dry_seq_breakers]
     arr = ctx.ffi.new("char *[]", breakers)
-    last_n = ctx.n_ctx if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n
-    return [ctx.lib.llama_sampler_init_dry(ctx.vocab, p.dry_multiplier, p.dry_base,
-                                           p.dry_allowed_length, last_n, arr, len(breakers))]
+    last_n = ctx.n_ctx if p.dry_penalty_last_n == -1 else p.dry_penalty_last_n  # llama.cpp treats -1 as 0
+    smpl = ctx.lib.llama_sampler_init_dry(ctx.vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length, last_n,
+                                          arr, len(breakers))
+    return [_primed(ctx, smpl, last_n)]
+
+
+def _truncating(ctx: Any) -> bool:
+    """Whether truncation filters run: not for greedy (argmax needs none) nor mirostat (it
+    does its own truncation, and llama.cpp runs it on the untruncated distribution)."""
+    return not ctx.params.greedy and not ctx.params.mirostat_mode
 
 
 def _top_n_sigma(ctx: Any) -> list[Any]:
     n = ctx.params.top_n_sigma
-    return [ctx.lib.llama_sampler_init_top_n_sigma(n)] if n > 0 and not ctx.params.greedy else []
+    return [ctx.lib.llama_sampler_init_top_n_sigma(n)] if n > 0 and _truncating(ctx) else []
 
 
 def _top_k(ctx: Any) -> list[Any]:
     k = ctx.params.top_k
     # greedy takes the argmax anyway: a partial sort of the vocabulary per token would be wasted
-    return [ctx.lib.llama_sampler_init_top_k(k)] if 0 < k < ctx.n_vocab and not ctx.params.greedy else []
+    return [ctx.lib.llama_sampler_init_top_k(k)] if 0 < k < ctx.n_vocab and _truncating(ctx) else []
 
 
 def _typical(ctx: Any) -> list[Any]:
     p = ctx.params
-    return [ctx.lib.llama_sampler_init_typical(p.typical_p, p.min_keep)] if p.typical_p < 1.0 and not p.greedy else []
+    return [ctx.lib.llama_sampler_init_typical(p.typical_p, p.min_keep)] if p.typical_p < 1.0 and _truncating(ctx) else []
 
 
 def _top_p(ctx: Any) -> list[Any]:
     p = ctx.params
-    return [ctx.lib.llama_sampler_init_top_p(p.top_p, p.min_keep)] if p.top_p < 1.0 and not p.greedy else []
+    return [ctx.lib.llama_sampler_init_top_p(p.top_p, p.min_keep)] if p.top_p < 1.0 and _truncating(ctx) else []
 
 
 def _min_p(ctx: Any) -> list[Any]:
     p = ctx.params
-    return [ctx.lib.llama_sampler_init_min_p(p.min_p, p.min_keep)] if p.min_p > 0.0 and not p.greedy else []
+    return [ctx.lib.llama_sampler_init_min_p(p.min_p, p.min_keep)] if p.min_p > 0.0 and _truncating(ctx) else []
 
 
 def _xtc(ctx: Any) -> list[Any]:
     p = ctx.params
-    if p.xtc_probability <= 0.0 or p.greedy:
+    if p.xtc_probability <= 0.0 or not _truncating(ctx):
         return []
     return [ctx.lib.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, p.min_keep, p.seed)]
 
@@ -133,6 +182,9 @@ def _dist(ctx: Any) -> list[Any]:
 def llama_cpp_sampler_stages() -> list[SamplerStage]:
     return [
         SamplerStage("grammar", _grammar, order=-10, description="GBNF grammar constraint (first, as in llama.cpp)"),
+        SamplerStage("infill", _infill, order=5, description="fill-in-the-middle sampling (use_infill)"),
+        SamplerStage("reasoning_budget", reasoning_budget_stage, order=25,
+                     description="caps the first reasoning block (reasoning_budget)"),
         SamplerStage("logit_bias", _logit_bias, order=0, description="per-token biases; -inf on EOG with ignore_eos"),
         SamplerStage("penalties", _penalties, order=10, description="repeat/frequency/presence over penalty_last_n"),
         SamplerStage("dry", _dry, order=20, description="DRY repetition penalty"),
