@@ -5,6 +5,7 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
 (a) tiny model, streamed greedy generation of 1024 tokens vs llama-completion
 (b) the same with temperature 0.8, top_k 40, top_p 0.95, min_p 0.05
 (c) SmolLM2 generation vs llama-bench tg128, prompt processing vs pp512
+(d) tiny model, penalties + DRY + typical + XTC + top-n-sigma + dynamic temperature on top of (b)
 
 Run with ``nox -s bench``.
 """
@@ -120,7 +121,17 @@ def main() -> None:
     smol = smollm2_path(quiet=True)
     sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
     native_sampled = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
-    cases = {"a": ([], dict(temperature=0.0), ["--temp", "0"]), "b": ([], sampled, native_sampled)}
+    # (d): the rest of the sampler family at once, with the same settings on both sides
+    family = dict(sampled, repeat_penalty=1.1, frequency_penalty=0.1, presence_penalty=0.1, penalty_last_n=64,
+                  dry_multiplier=0.8, dry_allowed_length=2, dry_penalty_last_n=64, typical_p=0.95,
+                  xtc_probability=0.3, xtc_threshold=0.1, top_n_sigma=2.0, dynatemp_range=0.3)
+    native_family = [*native_sampled, "--repeat-penalty", "1.1", "--frequency-penalty", "0.1",
+                     "--presence-penalty", "0.1", "--repeat-last-n", "64", "--dry-multiplier", "0.8",
+                     "--dry-allowed-length", "2", "--dry-penalty-last-n", "64", "--typical", "0.95",
+                     "--xtc-probability", "0.3", "--xtc-threshold", "0.1", "--top-nsigma", "2.0",
+                     "--dynatemp-range", "0.3"]
+    cases = {"a": ([], dict(temperature=0.0), ["--temp", "0"]), "b": ([], sampled, native_sampled),
+             "d": ([], family, native_family)}
     samples: dict[str, dict[str, list[float]]] = {k: {"ours": [], "eval": [], "e2e": []} for k in cases}
     # rounds alternate the two sides so that machine-wide drift hits both alike
     with Llama(str(tiny), n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
@@ -141,10 +152,12 @@ def main() -> None:
 
     print(f"median of {ROUNDS} interleaved rounds, {THREADS} threads")
     print(f"{'case':52} {'ours t/s':>9} {'native':>9} {'ratio':>6} {'bar':>5}")
-    names = {"a": "(a) tiny, streamed greedy, 1024 tokens", "b": "(b) tiny, streamed sampled, 1024 tokens"}
+    names = {"a": "(a) tiny, streamed greedy, 1024 tokens", "b": "(b) tiny, streamed sampled, 1024 tokens",
+             "d": "(d) tiny, all sampler families, 1024 tokens"}
+    bars = {"a": 0.90, "b": 0.85, "d": 0.80}
     for key, name in names.items():
         ours = _median(samples[key]["ours"])
-        bar = 0.90 if key == "a" else 0.85
+        bar = bars[key]
         for label, native in (("vs decode rate", _median(samples[key]["eval"])),
                               ("vs decode+sampling rate", _median(samples[key]["e2e"]))):
             ratio = ours / native
