@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE / "build_support"))
 
 import cdefgen  # noqa: E402
 import layout  # noqa: E402
+import shim  # noqa: E402
 
 
 def _load_package_module(name: str):
@@ -57,6 +58,7 @@ class BuildNative(build_ext):
         source = _source.source_tree()
         build = _cmake.configure(source)
         _cmake.build_libraries(build)
+        shim.build_shim(source.path, build.bin_dir)
         if _truthy("LLAMA_CPP_BUILD_TOOLS"):
             _cmake.build_tools(build)
 
@@ -65,7 +67,7 @@ class BuildNative(build_ext):
         lib_dir = pkg_dir / "lib"
         include_dir = pkg_dir / "include"
         layout.copy_libraries(build.bin_dir, lib_dir)
-        layout.copy_headers(source.path, include_dir)
+        layout.copy_headers(source.path, shim.SHIM_DIR, include_dir)
         layout.copy_grammars(source.path, pkg_dir / "grammars")
 
         exported = layout.ExportedSymbols(build.bin_dir)
@@ -86,7 +88,8 @@ class BuildNative(build_ext):
 
         rpath = "@loader_path/lib" if sys.platform == "darwin" else "$ORIGIN/lib"
         key_parts = [cdef, csource, cffi.__version__, sysconfig.get_config_var("EXT_SUFFIX") or "", rpath]
-        key_parts += [p.name + str(p.stat().st_size) for p in sorted(build.bin_dir.glob("lib*"))]
+        key_parts += [p.name + str(p.stat().st_size) + str(p.stat().st_mtime_ns)
+                      for p in sorted(build.bin_dir.glob("lib*"))]
         key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:16]
         cached = build.directory / "extension" / key / ext_path.name
         ext_path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from llama_cpp_native import ffi, lib
 
 from . import _compose, _hub, _logger
 from . import _params as P
+from ._chat import ChatAPI
 from ._completion import CompletionAPI
 from .plugins import get_host
 from ._handles import Batch, Closing, NativeHandle, load_model, new_context
@@ -98,7 +99,7 @@ def _check_model_file(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is not a GGUF file (it starts with {head!r}, a GGUF file with b'GGUF')")
 
 
-class Llama(CompletionAPI, Closing):
+class Llama(ChatAPI, CompletionAPI, Closing):
     """A llama.cpp model and context, with llama-cpp-python's high-level API.
 
     ``close()`` (or leaving a ``with`` block) frees everything the instance
@@ -168,6 +169,7 @@ class Llama(CompletionAPI, Closing):
         # capabilities: objects, or dicts that name a plugin (see llama_cpp._compose)
         chat_format: str | None = None,
         chat_handler: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         cache: Any = None,
         speculative: Any = None,
         draft_model: Any = None,
@@ -251,6 +253,7 @@ class Llama(CompletionAPI, Closing):
         self.spm_infill = spm_infill
         self.chat_format = chat_format
         self.chat_handler = chat_handler
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if speculative is not None or draft_model is not None:
             raise ValueError("speculative decoding (speculative=, draft_model=) is not available in this version "
                              "of llama_cpp: no speculative engine is supported yet")

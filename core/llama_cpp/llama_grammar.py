@@ -12,8 +12,10 @@ The example grammars that come with llama.cpp are module constants:
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 from llama_cpp_native import ffi, grammars_dir, lib
 
@@ -92,8 +94,56 @@ class LlamaGrammar:
     def root(self) -> str:
         return self._root
 
+    @classmethod
+    def from_json_schema(cls, json_schema: str, verbose: bool = True) -> "LlamaGrammar":
+        """The grammar of JSON documents valid under ``json_schema`` (a JSON string)."""
+        return cls(_grammar=json_schema_to_gbnf(json_schema))
+
     def __repr__(self) -> str:
         return f"LlamaGrammar({len(self._grammar)} chars, root={self._root!r})"
+
+
+def json_schema_to_gbnf(schema: str | dict[str, Any], prop_order: list[str] | None = None) -> str:
+    """GBNF for a JSON schema, by llama.cpp's own converter (common/json-schema-to-grammar.cpp).
+
+    ``prop_order`` lists properties that come first, in that order (llama.cpp
+    orders them as the schema does otherwise).  An invalid schema is a
+    ValueError with llama.cpp's explanation, never a fallback to plain JSON.
+    """
+    if isinstance(schema, str):
+        try:
+            schema_obj = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the JSON schema is not valid JSON: {exc}") from exc
+    else:
+        schema_obj = schema
+    if not isinstance(schema_obj, (dict, bool)):
+        raise ValueError(f"a JSON schema is an object (or true/false), got {type(schema_obj).__name__}")
+    if prop_order and isinstance(schema_obj, dict):
+        schema_obj = _with_property_order(schema_obj, prop_order)
+    error = ffi.new("char **")
+    out = lib.llama_cpp_native_json_schema_to_grammar(json.dumps(schema_obj).encode("utf-8"), error)
+    if out == ffi.NULL:
+        message = ffi.string(error[0]).decode("utf-8", "replace") if error[0] != ffi.NULL else "unknown error"
+        lib.llama_cpp_native_free(error[0])
+        raise ValueError(f"invalid JSON schema: {message.strip()}")
+    try:
+        return ffi.string(out).decode("utf-8")
+    finally:
+        lib.llama_cpp_native_free(out)
+
+
+def _with_property_order(schema: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return schema
+    ranked = sorted(props, key=lambda k: (order.index(k) if k in order else len(order), list(props).index(k)))
+    return {**schema, "properties": {k: props[k] for k in ranked}}
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> LlamaGrammar:
+    """A LlamaGrammar for a schema given as a dict (as in ``response_format``)."""
+    return LlamaGrammar(_grammar=json_schema_to_gbnf(schema))
 
 
 _CONSTANTS = {

@@ -18,20 +18,26 @@ from pathlib import Path
 # Headers shipped with the package: llama.h, the ggml/gguf headers it
 # includes, and the multimodal API.
 HEADER_SOURCES = (("include", "*.h"), ("ggml/include", "*.h"), ("tools/mtmd", "mtmd*.h"))
-CDEF_HEADERS = ("llama.h", "mtmd.h", "mtmd-helper.h")
-LINK_LIBRARIES = ("llama", "mtmd", "ggml", "ggml-base")
+CDEF_HEADERS = ("llama.h", "mtmd.h", "mtmd-helper.h", "llama_cpp_native_shim.h")
+LINK_LIBRARIES = ("llama", "mtmd", "ggml", "ggml-base", "llama-cpp-native-shim")
 
 
 def _versioned(name: str) -> bool:
     return bool(re.search(r"\.so\.\d+$", name) or re.search(r"\.\d+\.dylib$", name))
 
 
+# The libraries the package ships (ggml and its backends, llama, mtmd,
+# llama-common and the shim); the tools' own libraries stay in the build tree.
+SHIPPED_PREFIXES = ("libggml", "libllama.", "libllama-common.", "libmtmd.", "libllama-cpp-native-shim.")
+
+
 def loader_names(bin_dir: Path) -> dict[Path, str]:
-    """Map each real library file in ``bin_dir`` to the name the loader asks for."""
+    """Map each shipped library file in ``bin_dir`` to the name the loader asks for."""
     groups: dict[Path, list[str]] = {}
     pattern = "*.dylib" if sys.platform == "darwin" else "*.so*"
     for entry in bin_dir.glob(pattern):
-        groups.setdefault(entry.resolve(), []).append(entry.name)
+        if entry.name.startswith(SHIPPED_PREFIXES):
+            groups.setdefault(entry.resolve(), []).append(entry.name)
     names = {}
     for real, aliases in groups.items():
         versioned = sorted((a for a in aliases if _versioned(a)), key=len)
@@ -50,13 +56,14 @@ def copy_libraries(bin_dir: Path, dest: Path) -> list[str]:
     return copied
 
 
-def copy_headers(source: Path, dest: Path) -> None:
+def copy_headers(source: Path, shim_dir: Path, dest: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for folder, pattern in HEADER_SOURCES:
         for header in sorted((source / folder).glob(pattern)):
             shutil.copy2(header, dest / header.name)
+    shutil.copy2(shim_dir / "llama_cpp_native_shim.h", dest / "llama_cpp_native_shim.h")
 
 
 def copy_grammars(source: Path, dest: Path) -> None:

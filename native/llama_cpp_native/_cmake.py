@@ -24,8 +24,9 @@ from pathlib import Path
 from ._source import SourceTree, cache_root
 
 # The libraries the package ships; CMake builds their dependencies (ggml-base,
-# ggml-cpu and any GPU backend) on the way.
-LIBRARY_TARGETS = ("llama", "mtmd")
+# ggml-cpu and any GPU backend) on the way.  llama-common holds the C++-only
+# parts the package exposes through its shim (the JSON-schema converter).
+LIBRARY_TARGETS = ("llama", "mtmd", "llama-common")
 # llama.cpp's own programs used as oracles of correctness and speed.
 TOOL_TARGETS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-embedding", "llama-tokenize")
 

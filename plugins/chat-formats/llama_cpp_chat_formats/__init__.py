@@ -1,0 +1,33 @@
+"""The chat formats of llama_cpp, as a plugin.
+
+Registers ``chat_template`` (the model's own Jinja templates, sandboxed) and
+the named formats of llama-cpp-python (``chatml``, ``llama-3``...).  Also
+exports, for ``llama_cpp.llama_chat_format``, the seed's public names:
+``Jinja2ChatFormatter``, ``chat_formatter_to_chat_completion_handler`` and the
+``format_*`` functions.
+"""
+
+from __future__ import annotations
+
+from llama_cpp import hookimpl
+from llama_cpp.plugins import ChatFormat
+
+from .formats import NAMED_FORMATS
+from .gguf_template import gguf_template_handler
+from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
+from .jinja import Jinja2ChatFormatter, TemplateError
+
+__llama_chat_format_exports__ = frozenset({
+    "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError",
+    *(f"format_{name.replace('-', '_')}" for name in NAMED_FORMATS),
+})
+globals().update({f"format_{name.replace('-', '_')}": fn for name, fn in NAMED_FORMATS.items()})
+
+
+@hookimpl
+def llama_cpp_chat_formats() -> list[ChatFormat]:
+    formats = [ChatFormat("chat_template", gguf_template_handler,
+                          description="the model's own Jinja templates (tokenizer.chat_template[.<name>])")]
+    formats += [ChatFormat(name, chat_formatter_to_chat_completion_handler(fn), description=f"the {name} format")
+                for name, fn in NAMED_FORMATS.items()]
+    return formats

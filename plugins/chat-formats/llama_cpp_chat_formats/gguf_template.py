@@ -1,0 +1,48 @@
+"""The ``chat_template`` format: the model's own Jinja templates from its GGUF metadata.
+
+``tokenizer.chat_template`` is the default; ``tokenizer.chat_template.<name>``
+are named alternatives (``tool_use``, ``rag``...), chosen with
+``chat_format="chat_template.<name>"``.  Each Llama instance compiles its
+templates once, on first use.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .handler import complete_chat
+from .jinja import Jinja2ChatFormatter, TemplateError
+
+_formatters: "weakref.WeakKeyDictionary[Any, dict[str, Jinja2ChatFormatter]]" = weakref.WeakKeyDictionary()
+
+
+def _token_text(llama: Any, token: int) -> str:
+    if token < 0:
+        return ""
+    return llama.detokenize([token], special=True).decode("utf-8", "replace")
+
+
+def formatter_for(llama: Any, name: str = "default") -> Jinja2ChatFormatter:
+    """The (cached) formatter of the GGUF template ``name`` of ``llama``'s model."""
+    per_model = _formatters.setdefault(llama, {})
+    if name not in per_model:
+        key = "tokenizer.chat_template" if name == "default" else f"tokenizer.chat_template.{name}"
+        template = llama.metadata.get(key)
+        if template is None:
+            known = sorted(k.rsplit(".", 1)[-1] if k != "tokenizer.chat_template" else "default"
+                           for k in llama.metadata if k.startswith("tokenizer.chat_template"))
+            raise TemplateError(f"the model has no chat template {name!r}; it has: {', '.join(known) or 'none'}")
+        specials = {"eot_token": llama.token_eot(), "sep_token": llama.token_sep(), "nl_token": llama.token_nl(),
+                    "pad_token": llama.token_pad(), "mask_token": llama.token_mask()}
+        per_model[name] = Jinja2ChatFormatter(
+            template, eos_token=_token_text(llama, llama.token_eos()), bos_token=_token_text(llama, llama.token_bos()),
+            stop_token_ids=[t for t in (llama.token_eos(), llama.token_eot()) if t >= 0],
+            special_tokens_map={k: _token_text(llama, v) for k, v in specials.items()},
+        )
+    return per_model[name]
+
+
+def gguf_template_handler(*, llama: Any, messages: list[dict[str, Any]], chat_template_name: str = "default",
+                          **request: Any) -> Any:
+    return complete_chat(llama, formatter_for(llama, chat_template_name), messages, request)

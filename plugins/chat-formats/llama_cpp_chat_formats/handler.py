@@ -1,0 +1,114 @@
+"""From a prompt formatter to a chat-completion handler.
+
+The handler renders the conversation, turns ``response_format`` into a
+grammar, runs ``Llama.create_completion`` with every sampling keyword of the
+request, and reshapes the result into OpenAI chat objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_chunks,
+                                         completion_to_chat_completion)
+from llama_cpp.sampling import SamplingParams
+
+# request keywords that are not sampling parameters and not create_completion's own
+_CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
+              "assistant_prefill", "add_generation_prompt", "chat_template_kwargs", "chat_template_name",
+              "active_loras", "control_vector"}
+_COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_bias", "logits_processor",
+                        "stopping_criteria", "temperature", "top_p", "top_k", "min_p", "typical_p",
+                        "presence_penalty", "frequency_penalty", "repeat_penalty"}
+_SAMPLING_FIELDS = {f.name for f in SamplingParams.__attrs_attrs__}  # type: ignore[attr-defined]
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
+
+
+def split_prefill(messages: list[dict[str, Any]], assistant_prefill: bool) -> tuple[list[dict[str, Any]], str]:
+    """With ``assistant_prefill``, a trailing assistant message is continued rather than answered."""
+    if assistant_prefill and messages and messages[-1].get("role") == "assistant":
+        return messages[:-1], _text_of(messages[-1].get("content"))
+    return messages, ""
+
+
+def response_format_grammar(response_format: dict[str, Any] | None) -> Any:
+    """The grammar for ``response_format`` (None for plain text)."""
+    if not response_format:
+        return None
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
+
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        return json_schema_grammar(schema) if schema is not None else LlamaGrammar.from_string(_json_gbnf())
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise ValueError("response_format json_schema needs {'json_schema': {'schema': {...}}}")
+        return json_schema_grammar(spec["schema"])
+    raise ValueError(f"response_format type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
+
+
+def _json_gbnf() -> str:
+    from llama_cpp import llama_grammar
+
+    return llama_grammar.JSON_GBNF
+
+
+def formatter_handler(formatter: Callable[..., ChatFormatterResponse]) -> Callable[..., Any]:
+    """A llama-cpp-python chat handler over ``formatter`` (``chat_formatter_to_chat_completion_handler``)."""
+
+    def handler(*, llama: Any, messages: list[dict[str, Any]], **request: Any) -> Any:
+        return complete_chat(llama, formatter, messages, request)
+
+    return handler
+
+
+def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
+                  request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    conversation, prefill = split_prefill(messages, bool(request.get("assistant_prefill")))
+    template_kwargs = dict(request.get("chat_template_kwargs") or {})
+    rendered = formatter(
+        messages=conversation, functions=request.get("functions"), function_call=request.get("function_call"),
+        tools=request.get("tools"), tool_choice=request.get("tool_choice"),
+        add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
+        **template_kwargs,
+    )
+    prompt = rendered.prompt + prefill
+    add_bos = not rendered.added_special and llama.token_bos() >= 0 and llama.metadata.get(
+        "tokenizer.ggml.add_bos_token", "true") != "false"
+    prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    stop = request.get("stop")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
+    stops += [s for s in format_stops if s not in stops]
+
+    grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
+    top_logprobs = request.get("top_logprobs")
+    logprobs = (top_logprobs or 0) if request.get("logprobs") else None  # logprobs=True alone works too
+
+    completion_kwargs = {k: v for k, v in request.items() if k in _COMPLETION_KEYWORDS and v is not None}
+    sampling = {k: v for k, v in request.items()
+                if k in _SAMPLING_FIELDS and k not in completion_kwargs and k != "grammar" and v is not None}
+    unknown = set(request) - _CHAT_ONLY - _COMPLETION_KEYWORDS - _SAMPLING_FIELDS - {"grammar"}
+    if unknown:
+        raise TypeError(f"create_chat_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    for name in ("active_loras", "control_vector"):
+        if request.get(name):
+            raise ValueError(f"{name} is not supported by this version of llama_cpp yet")
+    completion_kwargs["stop"] = stops
+    result = llama.create_completion(prompt_tokens, logprobs=logprobs, grammar=grammar, **completion_kwargs,
+                                     **sampling)
+    if completion_kwargs.get("stream"):
+        return chunks_to_chat_chunks(result)
+    return completion_to_chat_completion(result)

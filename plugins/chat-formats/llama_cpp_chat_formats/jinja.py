@@ -1,0 +1,114 @@
+"""Rendering chat templates (Jinja) from untrusted GGUF files, in a sandbox.
+
+A template comes from a model file, so it is untrusted code: it runs in
+Jinja2's ImmutableSandboxedEnvironment, which refuses access to Python
+internals (``__class__``, ``__globals__``...) and mutation of the values it is
+given.  What real templates need is provided: ``raise_exception``,
+``strftime_now``, a ``tojson`` that does not HTML-escape, loop controls, and
+the ``{% generation %}`` blocks of training templates (rendered as their body).
+Templates are compiled on first use, so one unusual template never breaks
+loading a model.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llama_cpp.llama_chat_format import ChatFormatterResponse
+
+
+class TemplateError(ValueError):
+    """A chat template that cannot be compiled or rendered (or that tried to leave the sandbox)."""
+
+
+class _GenerationBlocks(Extension):
+    """``{% generation %}...{% endgeneration %}`` (used by training templates) renders its body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(f"the chat template refused the conversation: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False,
+            separators: Any = None) -> str:
+    """Like transformers' tojson: plain JSON, no HTML escaping (templates write it into prompts)."""
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
+                      separators=tuple(separators) if separators else None)
+
+
+def make_environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlocks],
+        undefined=jinja2.Undefined, autoescape=False,
+    )
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
+    return env
+
+
+_ENV = make_environment()
+
+
+class Jinja2ChatFormatter:
+    """Renders messages with a Jinja chat template (llama-cpp-python's ``Jinja2ChatFormatter``)."""
+
+    def __init__(self, template: str, eos_token: str, bos_token: str, add_generation_prompt: bool = True,
+                 stop_token_ids: list[int] | None = None, special_tokens_map: dict[str, str] | None = None) -> None:
+        self.template = template
+        self.eos_token = eos_token
+        self.bos_token = bos_token
+        self.add_generation_prompt = add_generation_prompt
+        self.stop_token_ids = list(stop_token_ids or [])
+        self.special_tokens_map = dict(special_tokens_map or {})
+        self._compiled: jinja2.Template | None = None
+
+    def _template(self) -> jinja2.Template:
+        if self._compiled is None:
+            try:
+                self._compiled = _ENV.from_string(self.template)
+            except jinja2.TemplateError as exc:
+                raise TemplateError(f"the chat template does not compile: {exc}") from exc
+        return self._compiled
+
+    def render(self, messages: list[dict[str, Any]], **variables: Any) -> str:
+        try:
+            return self._template().render(messages=messages, eos_token=self.eos_token, bos_token=self.bos_token,
+                                           **self.special_tokens_map, **variables)
+        except jinja2.exceptions.SecurityError as exc:
+            raise TemplateError(f"the chat template was refused: it tried to reach Python internals ({exc})") from exc
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"the chat template failed: {exc}") from exc
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
+
+    def __call__(self, *, messages: list[dict[str, Any]], functions: Any = None, function_call: Any = None,
+                 tools: Any = None, tool_choice: Any = None, add_generation_prompt: bool | None = None,
+                 **kwargs: Any) -> ChatFormatterResponse:
+        """Render; extra keywords become template variables (``enable_thinking``, ``documents``...)."""
+        prompt = self.render(
+            messages, add_generation_prompt=self.add_generation_prompt if add_generation_prompt is None
+            else add_generation_prompt, functions=functions, function_call=function_call, tools=tools,
+            tool_choice=tool_choice, **kwargs,
+        )
+        return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token] if self.eos_token else None,
+                                     added_special=bool(self.bos_token) and prompt.startswith(self.bos_token))
