@@ -7,11 +7,15 @@ request, and reshapes the result into OpenAI chat objects.
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_chunks,
                                          completion_to_chat_completion)
 from llama_cpp.sampling import SamplingParams
+
+from .tool_calls import forced_call_schema, legacy_functions_as_tools, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
@@ -36,6 +40,12 @@ def split_prefill(messages: list[dict[str, Any]], assistant_prefill: bool) -> tu
     if assistant_prefill and messages and messages[-1].get("role") == "assistant":
         return messages[:-1], _text_of(messages[-1].get("content"))
     return messages, ""
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> Any:
+    from llama_cpp.llama_grammar import json_schema_grammar as build
+
+    return build(schema)
 
 
 def response_format_grammar(response_format: dict[str, Any] | None) -> Any:
@@ -75,6 +85,16 @@ def formatter_handler(formatter: Callable[..., ChatFormatterResponse]) -> Callab
 
 def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
                   request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    if request.get("functions") and not request.get("tools"):
+        request["tools"], request["tool_choice"] = legacy_functions_as_tools(request["functions"],
+                                                                             request.get("function_call"))
+    tools = request.get("tools") or None
+    tool_choice = request.get("tool_choice") or ("auto" if tools else "none")
+    if tool_choice not in ("auto", "none", "required") and not isinstance(tool_choice, dict):
+        raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a named function, got {tool_choice!r}")
+    forced = forced_call_schema(tools, tool_choice) if tools else None
+    if forced is not None:
+        request["grammar"] = json_schema_grammar(forced)
     conversation, prefill = split_prefill(messages, bool(request.get("assistant_prefill")))
     template_kwargs = dict(request.get("chat_template_kwargs") or {})
     rendered = formatter(
@@ -107,8 +127,50 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
         if request.get(name):
             raise ValueError(f"{name} is not supported by this version of llama_cpp yet")
     completion_kwargs["stop"] = stops
-    result = llama.create_completion(prompt_tokens, logprobs=logprobs, grammar=grammar, **completion_kwargs,
-                                     **sampling)
-    if completion_kwargs.get("stream"):
-        return chunks_to_chat_chunks(result)
-    return completion_to_chat_completion(result)
+    completion_kwargs["max_tokens"] = request.get("max_tokens")  # None: up to the end of the context
+    stream = bool(completion_kwargs.pop("stream", False))
+    parse_tools = tools is not None and tool_choice != "none"
+    result = llama.create_completion(prompt_tokens, logprobs=logprobs, grammar=grammar, stream=stream and not parse_tools,
+                                     **completion_kwargs, **sampling)
+    if not parse_tools:
+        return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
+    chat = _with_tool_calls(completion_to_chat_completion(result), tools, forced is not None)
+    return chat_completion_as_chunks(chat) if stream else chat
+
+
+def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: bool) -> dict[str, Any]:
+    """Read tool calls out of the reply (a forced reply is the call's JSON itself)."""
+    choice = chat["choices"][0]
+    text = choice["message"]["content"] or ""
+    if forced:
+        call = json.loads(text)  # the grammar guarantees {"name": ..., "arguments": {...}}
+        content, calls = None, [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                                 "function": {"name": call["name"],
+                                              "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]
+    else:
+        content, calls = parse_tool_calls(text, tools)
+    if calls:
+        message = {"role": "assistant", "content": content, "tool_calls": calls}
+        if len(calls) == 1:  # the legacy field, as the seed returns it
+            message["function_call"] = dict(calls[0]["function"])
+        choice["message"] = message
+        choice["finish_reason"] = "tool_calls"
+    return chat
+
+
+def chat_completion_as_chunks(chat: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A finished chat.completion as the stream of chunks a client expects (content, tool-call deltas, end)."""
+    choice = chat["choices"][0]
+    base = {"id": chat["id"], "object": "chat.completion.chunk", "created": chat["created"], "model": chat["model"]}
+
+    def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}]}
+
+    yield delta({"role": "assistant"})
+    if choice["message"].get("content"):
+        yield delta({"content": choice["message"]["content"]})
+    for index, call in enumerate(choice["message"].get("tool_calls") or ()):
+        yield delta({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                     "function": {"name": call["function"]["name"],
+                                                  "arguments": call["function"]["arguments"]}}]})
+    yield {**delta({}, choice["finish_reason"]), "usage": chat["usage"]}

@@ -1,0 +1,175 @@
+"""Tool calls: constraining a forced call, and reading calls out of a model's reply.
+
+Models write tool calls in their family's style; the reply is parsed into
+OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
+
+* Hermes / Qwen 2.5-3: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several = parallel)
+* Qwen3-Coder: ``<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>``
+* Mistral: ``[TOOL_CALLS]NAME[ARGS]{...}`` and the older ``[TOOL_CALLS][{"name": ..., "arguments": ...}]``
+* Llama 3.x: a JSON object ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``)
+* functionary v2: ``>>>NAME\\n{...}`` (``>>>all`` is text)
+* chatml-function-calling: ``functions.NAME:\\n{...}``
+
+A named or required tool is not left to chance: the reply is constrained by a
+grammar built from the tool's parameter schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*</function>", re.S)
+_QWEN_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
+_FUNCTIONARY = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)\s*\n")
+_CHATML_FC = re.compile(r"functions\.([A-Za-z0-9_.\-]+):\s*\n")
+
+
+def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
+    return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and "function" in t]
+
+
+def _call(name: str, arguments: Any) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _json_values(text: str) -> list[tuple[Any, int, int]]:
+    """Every JSON value that starts at a '{' or '[' in ``text``: (value, start, end)."""
+    decoder = json.JSONDecoder()
+    found, i = [], 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = decoder.raw_decode(text, i)
+                found.append((value, i, end))
+                i = end
+                continue
+            except json.JSONDecodeError:
+                pass
+        i += 1
+    return found
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _named(obj: Any, names: list[str]) -> dict[str, Any] | None:
+    """A ``{"name": N, "arguments"|"parameters": {...}}`` object for an offered tool."""
+    if isinstance(obj, dict) and obj.get("name") in names:
+        args = obj.get("arguments", obj.get("parameters", {}))
+        return _call(obj["name"], args if args is not None else {})
+    return None
+
+
+def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    blocks = list(_HERMES.finditer(text))
+    calls = []
+    for block in blocks:
+        body = block.group(1)
+        xml = _QWEN_XML_FUNCTION.search(body)
+        if xml and xml.group(1) in names:
+            params = {k: _scalar(v) for k, v in _QWEN_XML_PARAMETER.findall(xml.group(2))}
+            calls.append(_call(xml.group(1), params))
+            continue
+        values = _json_values(body)
+        call = _named(values[0][0], names) if values else None
+        if call:
+            calls.append(call)
+    if not calls:
+        return None
+    return text[: blocks[0].start()].strip(), calls
+
+
+def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    at = text.find("[TOOL_CALLS]")
+    if at < 0:
+        return None
+    calls = []
+    for match in _MISTRAL_ARGS.finditer(text):
+        values = _json_values(text[match.end():])
+        if match.group(1) in names and values and values[0][1] == 0:
+            calls.append(_call(match.group(1), values[0][0]))
+    if not calls:
+        values = _json_values(text[at + len("[TOOL_CALLS]"):])
+        if values and isinstance(values[0][0], list):
+            calls = [c for c in (_named(v, names) for v in values[0][0]) if c]
+    return (text[:at].strip(), calls) if calls else None
+
+
+def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tuple[str, list[dict]] | None:
+    calls, first = [], None
+    for match in pattern.finditer(text):
+        values = _json_values(text[match.end():])
+        if match.group(1) in names and values and not text[match.end():match.end() + values[0][1]].strip():
+            calls.append(_call(match.group(1), values[0][0]))
+            first = match.start() if first is None else first
+    return (text[:first].strip(), calls) if calls else None
+
+
+def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    body = text.split("<|python_tag|>", 1)[-1]
+    values = _json_values(body)
+    if not values or body[: values[0][1]].strip():
+        return None
+    calls = [c for c in (_named(v[0], names) for v in values) if c]
+    return ("", calls) if calls else None
+
+
+def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str | None, list[dict[str, Any]]]:
+    """(remaining content or None, tool_calls) of a reply; no calls when nothing matches an offered tool."""
+    names = tool_names(tools)
+    if not names:
+        return text, []
+    for parser in (_parse_hermes, _parse_mistral, _parse_llama3):
+        parsed = parser(text, names)
+        if parsed:
+            return parsed[0] or None, parsed[1]
+    for pattern in (_FUNCTIONARY, _CHATML_FC):
+        parsed = _parse_prefixed(text, names, pattern)
+        if parsed:
+            return parsed[0] or None, parsed[1]
+    return text, []
+
+
+def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[str, Any] | None:
+    """The JSON schema a forced reply must follow: ``{"name": ..., "arguments": {...}}``.
+
+    ``tool_choice`` "required" allows any offered tool; a named choice only
+    that one (a name that was not offered is a ValueError).
+    """
+    by_name = {t["function"]["name"]: t["function"] for t in tools if "function" in t}
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        if name not in by_name:
+            raise ValueError(f"tool_choice names {name!r}, which is not among the tools: {', '.join(by_name)}")
+        chosen = [by_name[name]]
+    elif tool_choice == "required":
+        chosen = list(by_name.values())
+    else:
+        return None
+
+    def one(fn: dict[str, Any]) -> dict[str, Any]:
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        return {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
+                "required": ["name", "arguments"]}
+
+    return one(chosen[0]) if len(chosen) == 1 else {"anyOf": [one(fn) for fn in chosen]}
+
+
+def legacy_functions_as_tools(functions: list[dict[str, Any]] | None, function_call: Any) -> tuple[Any, Any]:
+    """The seed's ``functions``/``function_call`` as ``tools``/``tool_choice``."""
+    tools = [{"type": "function", "function": fn} for fn in functions or ()]
+    if isinstance(function_call, dict):
+        choice: Any = {"type": "function", "function": {"name": function_call.get("name")}}
+    else:
+        choice = function_call
+    return tools or None, choice

@@ -1,0 +1,129 @@
+"""Tool calling: replies of each family's style parsed into tool_calls, and forced calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp_chat_formats.tool_calls import parse_tool_calls
+
+TOOLS = [
+    {"type": "function", "function": {"name": "special_function", "parameters": {
+        "type": "object", "properties": {"arg1": {"type": "integer"}}, "required": ["arg1"]}}},
+    {"type": "function", "function": {"name": "special_function_with_opt", "parameters": {
+        "type": "object", "properties": {"arg1": {"type": "integer"}, "arg2": {"type": "integer"}},
+        "required": ["arg1"]}}},
+]
+
+# replies in the styles of llama.cpp's tests/test-chat.cpp (pinned source)
+RECORDED = {
+    "hermes": ('<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
+               None, [("special_function", {"arg1": 1})]),
+    "hermes-parallel": ('Let me call both.\n<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n'
+                        '</tool_call>\n<tool_call>\n{"name": "special_function_with_opt", "arguments": '
+                        '{"arg1": 1, "arg2": 2}}\n</tool_call>',
+                        "Let me call both.", [("special_function", {"arg1": 1}),
+                                              ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "qwen3-coder": ("<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
+                    "</tool_call>", None, [("special_function", {"arg1": 1})]),
+    "mistral": ('[TOOL_CALLS]special_function[ARGS]{"arg1": 1}[TOOL_CALLS]special_function_with_opt[ARGS]'
+                '{"arg1": 1, "arg2": 2}', None, [("special_function", {"arg1": 1}),
+                                                 ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "mistral-list": ('[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}}]', None,
+                     [("special_function", {"arg1": 1})]),
+    "llama-3": ('{"name": "special_function", "parameters": {"arg1": 1}}', None, [("special_function", {"arg1": 1})]),
+    "llama-3-python-tag": ('<|python_tag|>{"name": "special_function", "parameters": {"arg1": 1}}', None,
+                           [("special_function", {"arg1": 1})]),
+    "functionary-v2": ('>>>special_function\n{"arg1": 1}', None, [("special_function", {"arg1": 1})]),
+    "chatml-function-calling": ('functions.special_function:\n{"arg1": 1}', None,
+                                [("special_function", {"arg1": 1})]),
+}
+
+
+@pytest.mark.parametrize("style", list(RECORDED))
+def test_recorded_replies_are_parsed(style: str) -> None:
+    text, content, expected = RECORDED[style]
+    got_content, calls = parse_tool_calls(text, TOOLS)
+    assert got_content == content
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == expected
+    assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+
+
+@pytest.mark.parametrize("text", [
+    "Hello, world!",
+    '{"name": "unknown_function", "arguments": {}}',  # not an offered tool
+    "The JSON {\"a\": 1} is just data.",
+])
+def test_plain_replies_stay_text(text: str) -> None:
+    assert parse_tool_calls(text, TOOLS) == (text, [])
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_model_path: Path):
+    with Llama(str(smollm2_model_path), n_ctx=2048, n_threads=2, verbose=False) as llm:
+        yield llm
+
+
+MESSAGES = [{"role": "user", "content": "Call special_function with arg1 set to 42."}]
+
+
+def test_forced_tool_call_matches_the_schema(smol: Llama) -> None:
+    out = smol.create_chat_completion(MESSAGES, tools=TOOLS, temperature=0.0,
+                                      tool_choice={"type": "function", "function": {"name": "special_function"}})
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    call = choice["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "special_function"
+    jsonschema.validate(json.loads(call["arguments"]), TOOLS[0]["function"]["parameters"])
+
+
+def test_required_tool_call_and_streamed_deltas(smol: Llama) -> None:
+    chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="required", temperature=0.0,
+                                              stream=True))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    deltas = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in c["choices"][0]["delta"]]
+    assert deltas and deltas[0]["index"] == 0 and deltas[0]["function"]["name"] in {"special_function",
+                                                                                   "special_function_with_opt"}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_legacy_functions_and_bad_choices(smol: Llama) -> None:
+    out = smol.create_chat_completion(MESSAGES, functions=[t["function"] for t in TOOLS],
+                                      function_call={"name": "special_function"}, temperature=0.0)
+    assert out["choices"][0]["message"]["function_call"]["name"] == "special_function"
+    with pytest.raises(ValueError, match="not among the tools"):
+        smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice={"type": "function",
+                                                                        "function": {"name": "nope"}})
+    with pytest.raises(ValueError, match="tool_choice must be"):
+        smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="sometimes")
+
+
+TOOL_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<tool_response>{{ m.content }}</tool_response>\n"
+    "{% elif m.tool_calls %}{% for c in m.tool_calls %}<tool_call>{{ c.function | tojson }}</tool_call>\n{% endfor %}"
+    "{% else %}{{ m.role }}: {{ m.content }}\n{% endif %}{% endfor %}"
+    "{% if tools %}tools: {{ tools | map(attribute='function.name') | join(',') }}\n{% endif %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_tool_calls_and_results_are_rendered_back(tiny_model_factory) -> None:
+    from llama_cpp_chat_formats.gguf_template import formatter_for
+
+    messages = [*MESSAGES,
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                    "name": "special_function", "arguments": '{"arg1": 42}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "the result is 7"}]
+    with Llama(str(tiny_model_factory(chat_template=TOOL_TEMPLATE)), n_ctx=512, verbose=False) as llm:
+        prompt = formatter_for(llm)(messages=messages, tools=TOOLS).prompt
+        assert prompt == ("user: Call special_function with arg1 set to 42.\n"
+                          '<tool_call>{"name": "special_function", "arguments": "{\\"arg1\\": 42}"}</tool_call>\n'
+                          "<tool_response>the result is 7</tool_response>\n"
+                          "tools: special_function,special_function_with_opt\nassistant:")
+        out = llm.create_chat_completion(messages, tools=TOOLS, tool_choice="none", max_tokens=4, temperature=0.0)
+        assert out["usage"]["prompt_tokens"] == len(llm.tokenize(prompt.encode(), special=True))
