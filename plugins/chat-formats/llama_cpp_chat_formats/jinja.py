@@ -46,17 +46,66 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def _jsonable(value: Any) -> Any:
+    """What json.dumps cannot take itself: Jinja's lazy sequences (map, select...) and undefined values."""
+    if isinstance(value, jinja2.Undefined):
+        return None
+    try:
+        return list(value)
+    except TypeError:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable") from None
+
+
 def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False,
             separators: Any = None) -> str:
     """Like transformers' tojson: plain JSON, no HTML escaping (templates write it into prompts)."""
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys,
-                      separators=tuple(separators) if separators else None)
+                      separators=tuple(separators) if separators else None, default=_jsonable)
+
+
+class _LenientUndefined(jinja2.ChainableUndefined):
+    """Missing values render as nothing, also inside ``+`` and attribute chains.
+
+    Templates are written against many engines (transformers, llama.cpp's own
+    Jinja); some concatenate variables their engine happens to leave empty
+    (firefunction's ``functions``) or read fields of another tool format
+    (command-r's ``tool.description``).  Being lenient about missing values
+    renders them as llama.cpp does; it opens nothing to the template.
+    """
+
+    def _refused(self) -> bool:
+        return self._undefined_exception is jinja2.exceptions.SecurityError
+
+    def __getattr__(self, name: str) -> Any:
+        if self._refused() and not name.startswith("__"):
+            self._fail_with_undefined_error()  # an attribute the sandbox refused stays refused
+        return super().__getattr__(name)
+
+    def __add__(self, other: Any) -> Any:
+        if self._refused():
+            self._fail_with_undefined_error()
+        return other
+
+    def __radd__(self, other: Any) -> Any:
+        if self._refused():
+            self._fail_with_undefined_error()
+        return other
+
+    def __str__(self) -> str:
+        if self._refused():
+            self._fail_with_undefined_error()
+        return super().__str__()
+
+    def __iter__(self) -> Any:
+        if self._refused():
+            self._fail_with_undefined_error()
+        return super().__iter__()
 
 
 def make_environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlocks],
-        undefined=jinja2.Undefined, autoescape=False,
+        undefined=_LenientUndefined, autoescape=False,
     )
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -89,9 +138,11 @@ class Jinja2ChatFormatter:
         return self._compiled
 
     def render(self, messages: list[dict[str, Any]], **variables: Any) -> str:
+        now = datetime.datetime.now()
+        context = {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),  # as llama.cpp
+                   **self.special_tokens_map, "eos_token": self.eos_token, "bos_token": self.bos_token, **variables}
         try:
-            return self._template().render(messages=messages, eos_token=self.eos_token, bos_token=self.bos_token,
-                                           **self.special_tokens_map, **variables)
+            return self._template().render(messages=messages, **context)
         except jinja2.exceptions.SecurityError as exc:
             raise TemplateError(f"the chat template was refused: it tried to reach Python internals ({exc})") from exc
         except TemplateError:
@@ -104,11 +155,16 @@ class Jinja2ChatFormatter:
     def __call__(self, *, messages: list[dict[str, Any]], functions: Any = None, function_call: Any = None,
                  tools: Any = None, tool_choice: Any = None, add_generation_prompt: bool | None = None,
                  **kwargs: Any) -> ChatFormatterResponse:
-        """Render; extra keywords become template variables (``enable_thinking``, ``documents``...)."""
+        """Render; extra keywords become template variables (``enable_thinking``, ``documents``...).
+
+        Variables that are None are left undefined, as transformers does:
+        templates test ``tools is defined`` and then iterate.
+        """
+        variables = {"functions": functions, "function_call": function_call, "tools": tools,
+                     "tool_choice": tool_choice, **kwargs}
         prompt = self.render(
             messages, add_generation_prompt=self.add_generation_prompt if add_generation_prompt is None
-            else add_generation_prompt, functions=functions, function_call=function_call, tools=tools,
-            tool_choice=tool_choice, **kwargs,
+            else add_generation_prompt, **{k: v for k, v in variables.items() if v is not None},
         )
         return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token] if self.eos_token else None,
                                      added_special=bool(self.bos_token) and prompt.startswith(self.bos_token))
