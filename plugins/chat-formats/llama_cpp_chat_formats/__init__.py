@@ -13,12 +13,14 @@ from llama_cpp import hookimpl
 from llama_cpp.plugins import ChatFormat
 
 from .formats import NAMED_FORMATS
+from .function_calling import format_chatml_function_calling
 from .gguf_template import gguf_template_handler
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
 from .jinja import Jinja2ChatFormatter, TemplateError
 
 __llama_chat_format_exports__ = frozenset({
     "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError",
+    "format_chatml_function_calling",
     *(f"format_{name.replace('-', '_')}" for name in NAMED_FORMATS),
 })
 globals().update({f"format_{name.replace('-', '_')}": fn for name, fn in NAMED_FORMATS.items()})
@@ -30,4 +32,7 @@ def llama_cpp_chat_formats() -> list[ChatFormat]:
                           description="the model's own Jinja templates (tokenizer.chat_template[.<name>])")]
     formats += [ChatFormat(name, chat_formatter_to_chat_completion_handler(fn), description=f"the {name} format")
                 for name, fn in NAMED_FORMATS.items()]
+    formats.append(ChatFormat("chatml-function-calling",
+                              chat_formatter_to_chat_completion_handler(format_chatml_function_calling),
+                              description="tool use for any ChatML model (tools described in the system message)"))
     return formats

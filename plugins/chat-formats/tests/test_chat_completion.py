@@ -248,3 +248,28 @@ def test_seed_readme_chat_examples_run(smollm2_model_path: Path) -> None:
     if out["choices"][0]["finish_reason"] == "stop":  # sampled at 0.7, the 135M model may ramble to n_ctx
         assert "team_name" in json.loads(content)
     llm.close()
+
+
+def test_seed_readme_prefill_example(smollm2_model_path: Path) -> None:
+    llm = Llama(model_path=str(smollm2_model_path), verbose=False)
+    messages = [
+        {"role": "user", "content": "What are the first 5 planets in the solar system?"},
+        {"role": "assistant", "content": "The first 5 planets in our solar system are:\n1. Mercury\n2."},
+    ]
+    response = llm.create_chat_completion(messages=messages, max_tokens=50, assistant_prefill=True)
+    prefilled_text = messages[-1]["content"]
+    generated_text = response["choices"][0]["message"]["content"]
+    assert (prefilled_text + generated_text).startswith(prefilled_text) and generated_text
+    assert not generated_text.startswith("<|im_start|>")  # it continues the message, it does not start a new one
+    llm.close()
+
+
+def test_openai_v1_objects(smol: Llama) -> None:
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    out = smol.create_chat_completion_openai_v1(messages=CONVERSATION[:2], max_tokens=6, temperature=0.0)
+    assert isinstance(out, ChatCompletion) and out.choices[0].message.role == "assistant"
+    chunks = list(smol.create_chat_completion_openai_v1(messages=CONVERSATION[:2], max_tokens=6, temperature=0.0,
+                                                        stream=True))
+    assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == out.choices[0].message.content

@@ -127,3 +127,51 @@ def test_tool_calls_and_results_are_rendered_back(tiny_model_factory) -> None:
                           "tools: special_function,special_function_with_opt\nassistant:")
         out = llm.create_chat_completion(messages, tools=TOOLS, tool_choice="none", max_tokens=4, temperature=0.0)
         assert out["usage"]["prompt_tokens"] == len(llm.tokenize(prompt.encode(), special=True))
+
+
+def test_seed_readme_function_calling_example(smollm2_model_path: Path) -> None:
+    llm = Llama(model_path=str(smollm2_model_path), chat_format="chatml-function-calling", verbose=False)
+    out = llm.create_chat_completion(
+        messages=[
+            {"role": "system", "content": "A chat between a curious user and an artificial intelligence assistant. "
+             "The assistant gives helpful, detailed, and polite answers to the user's questions. The assistant "
+             "calls functions with appropriate input when necessary"},
+            {"role": "user", "content": "Extract Jason is 25 years old"},
+        ],
+        tools=[{
+            "type": "function",
+            "function": {
+                "name": "UserDetail",
+                "parameters": {
+                    "type": "object",
+                    "title": "UserDetail",
+                    "properties": {
+                        "name": {"title": "Name", "type": "string"},
+                        "age": {"title": "Age", "type": "integer"},
+                    },
+                    "required": ["name", "age"],
+                },
+            },
+        }],
+        tool_choice={"type": "function", "function": {"name": "UserDetail"}},
+    )
+    call = out["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "UserDetail"
+    args = json.loads(call["arguments"])
+    assert set(args) >= {"name", "age"} and isinstance(args["age"], int)
+    llm.close()
+
+
+def test_chatml_function_calling_renders_tools_and_earlier_calls() -> None:
+    from llama_cpp_chat_formats.function_calling import format_chatml_function_calling
+
+    prompt = format_chatml_function_calling(messages=[
+        {"role": "user", "content": "Call it."},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "special_function", "arguments": '{"arg1": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ], tools=TOOLS).prompt
+    assert prompt.startswith("<|im_start|>system\nYou can call these functions:")
+    assert "functions.special_function:\n{\"arg1\": 1}" in prompt and "done" in prompt
+    content, calls = parse_tool_calls('functions.special_function:\n{"arg1": 3}', TOOLS)
+    assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"arg1": 3}
