@@ -175,3 +175,23 @@ def test_chatml_function_calling_renders_tools_and_earlier_calls() -> None:
     assert "functions.special_function:\n{\"arg1\": 1}" in prompt and "done" in prompt
     content, calls = parse_tool_calls('functions.special_function:\n{"arg1": 3}', TOOLS)
     assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"arg1": 3}
+
+
+def test_auto_parses_a_real_reply_streamed_and_not(smol: Llama) -> None:
+    """Drive SmolLM2 to answer in the Hermes style (with a grammar) and let "auto" find the call."""
+    from llama_cpp import LlamaGrammar
+
+    hermes = LlamaGrammar.from_string(
+        'root ::= "Checking.\\n<tool_call>\\n{\\"name\\": \\"special_function\\", \\"arguments\\": {\\"arg1\\": " '
+        '[1-9] [0-9]? "}}\\n</tool_call>"')
+    out = smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="auto", grammar=hermes, temperature=0.0)
+    message = out["choices"][0]["message"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls" and message["content"] == "Checking."
+    args = json.loads(message["tool_calls"][0]["function"]["arguments"])
+    chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="auto", grammar=hermes,
+                                              temperature=0.0, stream=True))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert {"content": "Checking."} in deltas
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert json.loads(calls[0]["function"]["arguments"]) == args
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
