@@ -273,3 +273,22 @@ def test_openai_v1_objects(smol: Llama) -> None:
                                                         stream=True))
     assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == out.choices[0].message.content
+
+
+@pytest.mark.parametrize("tags", [{}, {"reasoning_start": "[THINK]", "reasoning_end": "[/THINK]"},
+                                  {"reasoning_start": "<|channel>", "reasoning_end": "<channel|>"},
+                                  {"reasoning_start": "<think>", "reasoning_end": "</think>",
+                                   "reasoning_start_in_prompt": True}])
+def test_seed_readme_reasoning_budget_examples_run(smol: Llama, tags: dict) -> None:
+    response = smol.create_chat_completion(
+        messages=[{"role": "user", "content": "Solve this carefully."}],
+        max_tokens=24,  # the README uses 1024; a 135M model needs no more to show the mechanism
+        reasoning_budget=4,
+        reasoning_budget_message="\n[reasoning budget exhausted]\n",
+        **tags,
+    )
+    content = response["choices"][0]["message"]["content"]
+    if tags.get("reasoning_start_in_prompt"):
+        # counting starts at once: after 4 tokens the message and the end tag are forced
+        assert "[reasoning budget exhausted]" in content and "</think>" in content
+    assert response["object"] == "chat.completion"
