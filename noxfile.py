@@ -38,7 +38,8 @@ def tools(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """Static checks."""
     session.install("ruff")
-    session.run("ruff", "check", "native", "core", "tests", "noxfile.py")
+    session.run("ruff", "check", "--select", "E9,F,B", "--ignore", "B008,B905,B019",
+                "native", "core", "plugins", "contrib", "tests", "benchmarks", "noxfile.py")
 
 
 @nox.session

@@ -196,7 +196,7 @@ def test_save_and_load_state_repeat_generation(smol: Llama) -> None:
 def test_send_evaluates_extra_tokens(tiny: Llama) -> None:
     prompt = tiny.tokenize(b"Once upon")
     gen = tiny.generate(prompt, temperature=0.0)
-    first = next(gen)
+    next(gen)
     extra = tiny.tokenize(b" a time", add_bos=False)
     gen.send(extra)
     assert tiny.n_tokens == len(prompt) + 1 + len(extra)
@@ -242,4 +242,4 @@ def test_logits_all_keeps_scores_and_scores_the_echoed_prompt(smollm2_model_path
         out = llm.create_completion(PROMPT, max_tokens=2, temperature=0.0, echo=True, logprobs=1)
         assert out["choices"][0]["logprobs"]["token_logprobs"][1] is None  # no history without logits_all
         with pytest.raises(RuntimeError, match="logits_all"):
-            llm.scores
+            _ = llm.scores

@@ -6,7 +6,7 @@ import operator
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import attrs
 import numpy as np

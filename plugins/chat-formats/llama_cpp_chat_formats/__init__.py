@@ -16,7 +16,7 @@ from .formats import NAMED_FORMATS
 from .function_calling import format_chatml_function_calling
 from .gguf_template import gguf_template_handler
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
-from .jinja import Jinja2ChatFormatter, TemplateError
+from .jinja import Jinja2ChatFormatter, TemplateError  # noqa: F401 (exported for llama_chat_format)
 
 __llama_chat_format_exports__ = frozenset({
     "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError",
