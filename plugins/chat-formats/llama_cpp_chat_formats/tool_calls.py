@@ -8,6 +8,8 @@ OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
 * Mistral: ``[TOOL_CALLS]NAME[ARGS]{...}`` and the older ``[TOOL_CALLS][{"name": ..., "arguments": ...}]``
 * Llama 3.x: a JSON object ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``)
 * functionary v2: ``>>>NAME\\n{...}`` (``>>>all`` is text)
+* functionary v3.2 / Llama 3.1 custom tools: ``<function=NAME>{...}</function>``
+* FireFunction v2: ``functools[{"name": ..., "arguments": {...}}, ...]``
 * chatml-function-calling: ``functions.NAME:\\n{...}``
 
 A named or required tool is not left to chance: the reply is constrained by a
@@ -27,6 +29,7 @@ _QWEN_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>"
 _MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
 _FUNCTIONARY = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)\s*\n")
 _CHATML_FC = re.compile(r"functions\.([A-Za-z0-9_.\-]+):\s*\n")
+_FUNCTION_TAG = re.compile(r"<function=([A-Za-z0-9_.\-]+)>")
 
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
@@ -115,6 +118,27 @@ def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tu
     return (text[:first].strip(), calls) if calls else None
 
 
+def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    calls, first = [], None
+    for match in _FUNCTION_TAG.finditer(text):
+        values = _json_values(text[match.end():])
+        if match.group(1) in names and values and values[0][1] == 0:
+            calls.append(_call(match.group(1), values[0][0]))
+            first = match.start() if first is None else first
+    return (text[:first].strip(), calls) if calls else None
+
+
+def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    at = text.find("functools[")
+    if at < 0:
+        return None
+    values = _json_values(text[at + len("functools"):])
+    if not values or values[0][1] != 0 or not isinstance(values[0][0], list):
+        return None
+    calls = [c for c in (_named(v, names) for v in values[0][0]) if c]
+    return (text[:at].strip(), calls) if calls else None
+
+
 def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
     body = text.split("<|python_tag|>", 1)[-1]
     values = _json_values(body)
@@ -129,7 +153,7 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str
     names = tool_names(tools)
     if not names:
         return text, []
-    for parser in (_parse_hermes, _parse_mistral, _parse_llama3):
+    for parser in (_parse_hermes, _parse_mistral, _parse_functools, _parse_function_tags, _parse_llama3):
         parsed = parser(text, names)
         if parsed:
             return parsed[0] or None, parsed[1]

@@ -41,6 +41,11 @@ RECORDED = {
     "functionary-v2": ('>>>special_function\n{"arg1": 1}', None, [("special_function", {"arg1": 1})]),
     "chatml-function-calling": ('functions.special_function:\n{"arg1": 1}', None,
                                 [("special_function", {"arg1": 1})]),
+    "functionary-v3.2": ('<function=special_function>{"arg1": 1}</function>', None,
+                         [("special_function", {"arg1": 1})]),
+    "firefunction-v2": (' functools[{"name": "special_function", "arguments": {"arg1": 1}}, '
+                        '{"name": "special_function_with_opt", "arguments": {"arg1": 1, "arg2": 2}}]', None,
+                        [("special_function", {"arg1": 1}), ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
 }
 
 
