@@ -123,3 +123,10 @@ def test_token_ids_are_checked(llm: Llama) -> None:
         llm.create_completion([1, 10**6], max_tokens=2)
     with pytest.raises(TypeError, match="integers"):
         llm.eval([1.5])  # type: ignore[list-item]
+
+
+def test_empty_inputs(llm: Llama) -> None:
+    with pytest.raises(ValueError, match="at least one token"):
+        llm.generate([])
+    out = llm.create_completion("", max_tokens=3, temperature=0.0)  # starts from BOS
+    assert out["usage"]["prompt_tokens"] == 1 and out["usage"]["completion_tokens"] == 3

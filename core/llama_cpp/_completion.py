@@ -115,7 +115,9 @@ class CompletionAPI:
                 raise ValueError("suffix needs a text prompt, not token ids")
             prompt_tokens = self._token_list(prompt)
             prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "replace")
-        if not prompt_tokens:
+        if not prompt_tokens:  # an empty prompt starts from BOS, the only context it can have
+            if self.token_bos() < 0:
+                raise ValueError("the prompt is empty and this model has no BOS token to start from")
             prompt_tokens = [self.token_bos()]
         n_ctx = lib.llama_n_ctx(ctx_ptr)
         if len(prompt_tokens) >= n_ctx:

@@ -745,7 +745,10 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if "temp" in sampling:
             sampling["temperature"] = sampling.pop("temp")
         params = self._sampling(sampling)
-        return self._generate(self._token_list(tokens), params, reset, logits_processor, stopping_criteria)
+        token_list = self._token_list(tokens)
+        if not token_list:
+            raise ValueError("generate() needs at least one token to start from")
+        return self._generate(token_list, params, reset, logits_processor, stopping_criteria)
 
     def sample(self, idx: int = -1, **sampling: Any) -> int:
         """Sample one token from the logits of the last evaluated token (or output ``idx``) and accept it.
