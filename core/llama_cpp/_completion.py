@@ -177,6 +177,7 @@ class CompletionAPI:
                 offset += len(p[0])
             pending_lp = []
             return block
+
         if self.cache is not None:
             self._restore_from_cache(prompt_tokens)
         gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria)
