@@ -167,3 +167,16 @@ def test_model_accessors_and_helpers(tiny_model_path: Path) -> None:
 def test_mmproj_without_a_multimodal_handler_is_refused(tiny_model_path: Path) -> None:
     with pytest.raises(ValueError, match="multimodal"):
         Llama(str(tiny_model_path), str(tiny_model_path), verbose=False)
+
+
+def test_pickle_loads_the_model_again_with_the_same_arguments(tiny_model_path: Path) -> None:
+    import pickle
+
+    with Llama(str(tiny_model_path), n_ctx=1024, seed=7, verbose=False, chat_format="chatml") as llm:
+        data = pickle.dumps(llm)
+        expected = llm.create_completion("Once", max_tokens=6, temperature=0.0)["choices"][0]["text"]
+    with pickle.loads(data) as copy:
+        assert copy.n_ctx() == 1024 and copy.chat_format == "chatml" and copy._seed == 7
+        assert copy.create_completion("Once", max_tokens=6, temperature=0.0)["choices"][0]["text"] == expected
+    with pytest.raises(RuntimeError, match="closed"):
+        pickle.dumps(llm)

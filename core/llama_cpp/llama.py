@@ -190,6 +190,10 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         known = [n for n in Llama.__init__.__code__.co_varnames[1:Llama.__init__.__code__.co_argcount
                                                                + Llama.__init__.__code__.co_kwonlyargcount]]
         P.reject_unknown(legacy, known)
+        # every argument, for pickling (a pickled Llama loads the model again on the other side)
+        frame_args = locals()
+        self._init_args = {name: frame_args[name] for name in known if name not in ("model_path",)}
+        self._init_args.update(legacy)
         P.warn_ignored(legacy)
         if "embedding" in legacy:
             embeddings = bool(legacy["embedding"]) or embeddings
@@ -328,6 +332,16 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
             self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The constructor's arguments: unpickling loads the model again (the KV cache is not carried)."""
+        if self._closed:
+            raise RuntimeError("a closed Llama cannot be pickled")
+        return {"model_path": self.model_path, **self._init_args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.__init__(state.pop("model_path"), **state)  # type: ignore[misc]
 
     from_pretrained = classmethod(_hub.from_pretrained)
     from_config = classmethod(_compose.from_config)
