@@ -180,3 +180,16 @@ def test_pickle_loads_the_model_again_with_the_same_arguments(tiny_model_path: P
         assert copy.create_completion("Once", max_tokens=6, temperature=0.0)["choices"][0]["text"] == expected
     with pytest.raises(RuntimeError, match="closed"):
         pickle.dumps(llm)
+
+
+def test_llama_types_describe_what_the_api_returns(tiny_model_path: Path) -> None:
+    import typing
+
+    from llama_cpp import llama_types
+
+    assert llama_cpp.ChatCompletionRequestMessage is llama_types.ChatCompletionRequestMessage
+    with Llama(str(tiny_model_path), n_ctx=256, verbose=False) as llm:
+        out = llm.create_completion("Hi", max_tokens=2)
+    keys = typing.get_type_hints(llama_types.CreateCompletionResponse).keys()
+    assert set(out) == set(keys)
+    assert set(out["choices"][0]) == set(typing.get_type_hints(llama_types.CompletionChoice))

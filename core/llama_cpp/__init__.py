@@ -11,6 +11,7 @@ from .llama_grammar import LlamaGrammar  # noqa: F401
 from .plugins import hookimpl  # noqa: F401
 from .processors import LogitsProcessorList, MinTokensLogitsProcessor, StoppingCriteriaList  # noqa: F401
 from .sampling import SamplingParams  # noqa: F401
+from .llama_types import *  # noqa: F401,F403  (the seed re-exports its TypedDicts)
 
 __version__ = "0.4.0.dev0"
 
