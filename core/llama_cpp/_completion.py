@@ -199,10 +199,11 @@ class CompletionAPI:
             if max_tokens > 0:
                 for token in tokens:
                     n_generated += 1
+                    piece = self._piece(token)
                     if logprobs is not None:
                         value, top = _logprob_entry(self.logits_view(), token, logprobs, piece_text)
-                        pending_lp.append((piece_text(token), value, top))
-                    out, hit = scanner.feed(self._piece(token))
+                        pending_lp.append((piece.decode("utf-8", "replace"), value, top))
+                    out, hit = scanner.feed(piece)
                     if out:
                         yield chunk(out.decode("utf-8", "replace"), None, take_logprobs())
                     if hit:
@@ -246,22 +247,14 @@ class CompletionAPI:
         if prompt_tokens not in self.cache:
             return
         state = self.cache[prompt_tokens]
-        if _common_prefix(state.input_ids[: state.n_tokens], prompt_tokens) > _common_prefix(self._tokens, prompt_tokens):
+        cached = [int(t) for t in state.input_ids[: state.n_tokens]]
+        if self.longest_token_prefix(cached, prompt_tokens) > self.longest_token_prefix(self._tokens, prompt_tokens):
             self.load_state(state)
 
     def __call__(self: "Llama", prompt: str, suffix: str | None = None, max_tokens: int | None = 128,
                  **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """``create_completion`` with llama-cpp-python's ``__call__`` default of 128 tokens."""
         return self.create_completion(prompt, suffix=suffix, max_tokens=max_tokens, **kwargs)
-
-
-def _common_prefix(a: Any, b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if int(x) != y:
-            break
-        n += 1
-    return n
 
 
 def _merge_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -71,7 +71,3 @@ class StopScanner:
         out = bytes(self.buf[self.emitted:])
         self.emitted = len(self.buf)
         return out
-
-    @property
-    def text(self) -> bytes:
-        return bytes(self.buf)

@@ -718,11 +718,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     def _prepare(self, tokens: Sequence[int]) -> None:
         """Reuse the longest common prefix with the KV cache, evaluate the rest."""
         ctx = self._live_ctx()
-        prefix = 0
-        for a, b in zip(self._tokens, tokens):
-            if a != b:
-                break
-            prefix += 1
+        prefix = self.longest_token_prefix(self._tokens, tokens)
         if prefix == len(tokens):
             prefix -= 1  # the last token must be evaluated again to get its logits
         if prefix < len(self._tokens):

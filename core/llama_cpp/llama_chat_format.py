@@ -11,8 +11,6 @@ keeps working without the core importing any plugin.
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any, Callable, Iterator, Protocol
 
 import attrs
@@ -108,10 +106,6 @@ def chunks_to_chat_chunks(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
             if "usage" in chunk:
                 final["usage"] = chunk["usage"]
             yield final
-
-
-def new_chat_completion_id() -> tuple[str, int]:
-    return f"chatcmpl-{uuid.uuid4()}", int(time.time())
 
 
 def __getattr__(name: str) -> Any:

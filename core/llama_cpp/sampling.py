@@ -221,9 +221,6 @@ class SamplerChain:
     def sample(self, ctx_ptr: Any, idx: int = -1) -> int:
         return lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
 
-    def accept(self, token: int) -> None:
-        lib.llama_sampler_accept(self.ptr, token)
-
     def close(self) -> None:
         ptr, self.ptr = self.ptr, None
         if ptr is not None:

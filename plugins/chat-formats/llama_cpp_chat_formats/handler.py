@@ -8,14 +8,15 @@ request, and reshapes the result into OpenAI chat objects.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_chunks,
                                          completion_to_chat_completion)
+from llama_cpp import llama_grammar
+from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from llama_cpp.sampling import SamplingParams
 
-from .tool_calls import forced_call_schema, legacy_functions_as_tools, parse_tool_calls
+from .tool_calls import forced_call_schema, legacy_functions_as_tools, make_tool_call, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
@@ -42,36 +43,22 @@ def split_prefill(messages: list[dict[str, Any]], assistant_prefill: bool) -> tu
     return messages, ""
 
 
-def json_schema_grammar(schema: dict[str, Any]) -> Any:
-    from llama_cpp.llama_grammar import json_schema_grammar as build
-
-    return build(schema)
-
-
 def response_format_grammar(response_format: dict[str, Any] | None) -> Any:
     """The grammar for ``response_format`` (None for plain text)."""
     if not response_format:
         return None
-    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
-
     kind = response_format.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
         schema = response_format.get("schema")
-        return json_schema_grammar(schema) if schema is not None else LlamaGrammar.from_string(_json_gbnf())
+        return json_schema_grammar(schema) if schema is not None else LlamaGrammar.from_string(llama_grammar.JSON_GBNF)
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
             raise ValueError("response_format json_schema needs {'json_schema': {'schema': {...}}}")
         return json_schema_grammar(spec["schema"])
     raise ValueError(f"response_format type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
-
-
-def _json_gbnf() -> str:
-    from llama_cpp import llama_grammar
-
-    return llama_grammar.JSON_GBNF
 
 
 def formatter_handler(formatter: Callable[..., ChatFormatterResponse]) -> Callable[..., Any]:
@@ -144,9 +131,7 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
     text = choice["message"]["content"] or ""
     if forced:
         call = json.loads(text)  # the grammar guarantees {"name": ..., "arguments": {...}}
-        content, calls = None, [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                                 "function": {"name": call["name"],
-                                              "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]
+        content, calls = None, [make_tool_call(call["name"], call["arguments"])]
     else:
         content, calls = parse_tool_calls(text, tools)
     if calls:

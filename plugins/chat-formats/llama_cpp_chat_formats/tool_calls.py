@@ -36,7 +36,8 @@ def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
     return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and "function" in t]
 
 
-def _call(name: str, arguments: Any) -> dict[str, Any]:
+def make_tool_call(name: str, arguments: Any) -> dict[str, Any]:
+    """An OpenAI tool_calls entry (arguments as a JSON string, as OpenAI sends them)."""
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": args}}
 
@@ -69,7 +70,7 @@ def _named(obj: Any, names: list[str]) -> dict[str, Any] | None:
     """A ``{"name": N, "arguments"|"parameters": {...}}`` object for an offered tool."""
     if isinstance(obj, dict) and obj.get("name") in names:
         args = obj.get("arguments", obj.get("parameters", {}))
-        return _call(obj["name"], args if args is not None else {})
+        return make_tool_call(obj["name"], args if args is not None else {})
     return None
 
 
@@ -81,7 +82,7 @@ def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
         xml = _QWEN_XML_FUNCTION.search(body)
         if xml and xml.group(1) in names:
             params = {k: _scalar(v) for k, v in _QWEN_XML_PARAMETER.findall(xml.group(2))}
-            calls.append(_call(xml.group(1), params))
+            calls.append(make_tool_call(xml.group(1), params))
             continue
         values = _json_values(body)
         call = _named(values[0][0], names) if values else None
@@ -100,7 +101,7 @@ def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict]] | None
     for match in _MISTRAL_ARGS.finditer(text):
         values = _json_values(text[match.end():])
         if match.group(1) in names and values and values[0][1] == 0:
-            calls.append(_call(match.group(1), values[0][0]))
+            calls.append(make_tool_call(match.group(1), values[0][0]))
     if not calls:
         values = _json_values(text[at + len("[TOOL_CALLS]"):])
         if values and isinstance(values[0][0], list):
@@ -113,7 +114,7 @@ def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tu
     for match in pattern.finditer(text):
         values = _json_values(text[match.end():])
         if match.group(1) in names and values and not text[match.end():match.end() + values[0][1]].strip():
-            calls.append(_call(match.group(1), values[0][0]))
+            calls.append(make_tool_call(match.group(1), values[0][0]))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
 
@@ -123,7 +124,7 @@ def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict]] 
     for match in _FUNCTION_TAG.finditer(text):
         values = _json_values(text[match.end():])
         if match.group(1) in names and values and values[0][1] == 0:
-            calls.append(_call(match.group(1), values[0][0]))
+            calls.append(make_tool_call(match.group(1), values[0][0]))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
 

@@ -259,8 +259,12 @@ def test_seed_readme_prefill_example(smollm2_model_path: Path) -> None:
     response = llm.create_chat_completion(messages=messages, max_tokens=50, assistant_prefill=True)
     prefilled_text = messages[-1]["content"]
     generated_text = response["choices"][0]["message"]["content"]
-    assert (prefilled_text + generated_text).startswith(prefilled_text) and generated_text
-    assert not generated_text.startswith("<|im_start|>")  # it continues the message, it does not start a new one
+    # the reply continues the partial message: the prompt ends with its text, not with a new assistant turn
+    from llama_cpp_chat_formats.gguf_template import formatter_for
+
+    prompt = formatter_for(llm)(messages=messages[:1]).prompt + prefilled_text
+    assert generated_text
+    assert response["usage"]["prompt_tokens"] == len(llm.tokenize(prompt.encode(), add_bos=False, special=True))
     llm.close()
 
 
