@@ -76,6 +76,8 @@ class CompletionAPI:
         penalty_last_n: int | None = None,
         logits_processor: Callable[..., Any] | None = None,
         stopping_criteria: Callable[..., bool] | None = None,
+        active_loras: list[dict[str, Any]] | None = None,
+        control_vector: dict[str, Any] | None = None,
         **sampling: Any,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """Complete ``prompt`` in the OpenAI text_completion shape (a chunk iterator with ``stream``).
@@ -83,7 +85,9 @@ class CompletionAPI:
         ``max_tokens`` None or <= 0 means the rest of the context.  With a
         ``suffix``, models with fill-in-the-middle tokens complete the middle;
         for other models the suffix is appended to the returned text (OpenAI's
-        meaning of the field).
+        meaning of the field).  ``active_loras`` (``[{"name": ..., "scale": ...}]``
+        of adapters loaded with ``load_lora``) and ``control_vector`` apply to
+        this request only; omitted, the constructor's ``lora_path`` applies.
         """
         if "temp" in sampling:
             sampling["temperature"] = sampling.pop("temp")
@@ -100,6 +104,7 @@ class CompletionAPI:
             seed=seed, logit_bias=logit_bias, ignore_eos=ignore_eos, penalty_last_n=penalty_last_n, **sampling,
         ))
         ctx_ptr = self._live_ctx()
+        adapters = self._adapter_request(active_loras, control_vector)
         trailing_suffix = ""
         if isinstance(prompt, str):
             prompt_text = prompt
@@ -129,7 +134,7 @@ class CompletionAPI:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         chunks = self._completion_chunks(
             prompt_tokens, prompt_text, params, max_tokens, stops, echo, logprobs, trailing_suffix,
-            model or self.model_path, logits_processor, stopping_criteria,
+            model or self.model_path, logits_processor, stopping_criteria, adapters,
         )
         if stream:
             return chunks
@@ -139,6 +144,7 @@ class CompletionAPI:
         self: "Llama", prompt_tokens: list[int], prompt_text: str, params: SamplingParams, max_tokens: int,
         stops: list[str], echo: bool, logprobs: int | None, trailing_suffix: str, model: str,
         logits_processor: Callable[..., Any] | None, stopping_criteria: Callable[..., bool] | None,
+        adapters: tuple[Any, Any],
     ) -> Iterator[dict[str, Any]]:
         completion_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
@@ -179,8 +185,8 @@ class CompletionAPI:
             return block
 
         if self.cache is not None:
-            self._restore_from_cache(prompt_tokens)
-        gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria)
+            self._restore_from_cache(prompt_tokens, self._adapters.key(*adapters))
+        gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria, adapters)
         tokens: Iterator[int] = gen
         try:
             if echo:
@@ -242,13 +248,19 @@ class CompletionAPI:
             tops.append(top)
         return values, tops
 
-    def _restore_from_cache(self: "Llama", prompt_tokens: list[int]) -> None:
-        """Load the cached state whose tokens share a longer prefix with the prompt than the live context."""
+    def _restore_from_cache(self: "Llama", prompt_tokens: list[int], adapters: Any) -> None:
+        """Load the cached state whose tokens share a longer prefix with the prompt than the live context.
+
+        A state evaluated with other adapters than this request's is of no use.
+        """
         if prompt_tokens not in self.cache:
             return
         state = self.cache[prompt_tokens]
+        if getattr(state, "adapters", adapters) != adapters:
+            return
         cached = [int(t) for t in state.input_ids[: state.n_tokens]]
-        if self.longest_token_prefix(cached, prompt_tokens) > self.longest_token_prefix(self._tokens, prompt_tokens):
+        live = self.longest_token_prefix(self._tokens, prompt_tokens) if self._kv_adapters == adapters else 0
+        if self.longest_token_prefix(cached, prompt_tokens) > live:
             self.load_state(state)
 
     def __call__(self: "Llama", prompt: str, suffix: str | None = None, max_tokens: int | None = 128,

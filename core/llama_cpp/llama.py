@@ -14,6 +14,7 @@ from llama_cpp_native import ffi, lib
 
 from . import _compose, _hub, _logger
 from . import _params as P
+from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
 from ._chat import ChatAPI
 from ._completion import CompletionAPI
 from .plugins import get_host
@@ -33,6 +34,7 @@ class LlamaState:
     llama_state_size: int
     seed: int
     scores: np.ndarray | None = None  # kept for the seed's field list; logits are part of llama_state
+    adapters: AdapterKey = NO_ADAPTERS  # the LoRA adapters / control vector the cached tokens were evaluated with
 
 
 class LlamaTokenizer:
@@ -186,7 +188,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self._closed = True  # until fully constructed, close() has nothing to free
         self._model: NativeHandle | None = None
         self._ctx: NativeHandle | None = None
-        self._loras: list[NativeHandle] = []
+        self._adapters: Adapters | None = None
         known = [n for n in Llama.__init__.__code__.co_varnames[1:Llama.__init__.__code__.co_argcount
                                                                + Llama.__init__.__code__.co_kwonlyargcount]]
         P.reject_unknown(legacy, known)
@@ -307,6 +309,9 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             self._ctx = new_context(self._model, cparams)
         self._closed = False
         self._tokens: list[int] = []  # the ledger: tokens whose state is in the KV cache
+        self._adapters = Adapters(self._model, lib.llama_model_n_embd(self._model.ptr),
+                                  lib.llama_model_n_layer(self._model.ptr))
+        self._kv_adapters: AdapterKey | None = NO_ADAPTERS  # what the ledger was evaluated with (None: a mix)
         self._batch_handle: Batch | None = None
         self._scores = (np.zeros((lib.llama_n_ctx(self._ctx.ptr), self._n_vocab), dtype=np.float32)
                         if self.logits_all and self._ctx is not None else None)
@@ -331,17 +336,30 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if self.chat_format is None:  # a plugin for this model family may claim its format
             self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
-            self._apply_lora(legacy["lora_path"], float(legacy.get("lora_scale", 1.0)))
+            # the constructor's adapter is the default of every request that names none
+            lora_path = str(legacy["lora_path"])
+            self._adapters.load(lora_path, lora_path)
+            self._adapters.default = ((lora_path, float(legacy.get("lora_scale", 1.0))),)
+            if self._ctx is not None:
+                self._kv_adapters = self._use_adapters(None, None)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The constructor's arguments: unpickling loads the model again (the KV cache is not carried)."""
+        """The constructor's arguments and the loaded LoRA adapters: unpickling loads them again.
+
+        The KV cache is not carried.
+        """
         if self._closed:
             raise RuntimeError("a closed Llama cannot be pickled")
-        return {"model_path": self.model_path, **self._init_args}
+        default = {name for name, _scale in self._adapters.default}
+        loras = [(name, path) for name, path in self._adapters.paths().items() if name not in default]
+        return {"model_path": self.model_path, **self._init_args, "__loras__": loras}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
+        loras = state.pop("__loras__", [])
         self.__init__(state.pop("model_path"), **state)  # type: ignore[misc]
+        for name, path in loras:
+            self.load_lora(name, path)
 
     from_pretrained = classmethod(_hub.from_pretrained)
     from_config = classmethod(_compose.from_config)
@@ -354,10 +372,13 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     def close(self) -> None:
         """Free the context, the adapters and the model (idempotent)."""
         self._closed = True
-        for handle in [getattr(self, "_batch_handle", None), self._ctx, *self._loras, self._model]:
+        for handle in [getattr(self, "_batch_handle", None), self._ctx]:
             if handle is not None:
                 handle.close()
-        self._loras = []
+        if self._adapters is not None:  # after the context that used them, before their model
+            self._adapters.close()
+        if self._model is not None:
+            self._model.close()
 
     def _live_ctx(self) -> Any:
         if self._closed:
@@ -371,16 +392,36 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             raise RuntimeError("this Llama instance is closed")
         return self._model.ptr  # type: ignore[union-attr]
 
-    def _apply_lora(self, path: str, scale: float) -> None:
-        adapter = lib.llama_adapter_lora_init(self._live_model(), str(path).encode("utf-8"))
-        if adapter == ffi.NULL:
-            raise ValueError(f"failed to load LoRA adapter from {str(path)!r}")
-        handle = NativeHandle(adapter, lib.llama_adapter_lora_free, "LoRA adapter")
-        self._loras.append(handle)
-        adapters = ffi.new("struct llama_adapter_lora *[]", [handle.ptr])
-        scales = ffi.new("float[]", [scale])
-        if lib.llama_set_adapters_lora(self._live_ctx(), adapters, 1, scales) != 0:
-            raise RuntimeError(f"failed to apply LoRA adapter {str(path)!r}")
+    # -- LoRA adapters and control vectors ------------------------------------
+    def load_lora(self, name: str, path: str | Path) -> None:
+        """Load a LoRA adapter under ``name``; requests apply it with ``active_loras=[{"name": name}]``.
+
+        Loading the same file under the same name again does nothing; another
+        file under a loaded name is a ValueError (``unload_lora`` it first).
+        """
+        self._live_model()
+        self._adapters.load(name, str(path))  # type: ignore[union-attr]
+
+    def unload_lora(self, name: str) -> None:
+        """Free the adapter loaded as ``name`` (taking it off the context first); unknown names are ignored."""
+        self._live_model()
+        self._adapters.unload(name, self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
+
+    def unload_all_loras(self) -> None:
+        """Free every loaded adapter, including the constructor's ``lora_path``."""
+        self._live_model()
+        self._adapters.unload_all(self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
+
+    def list_loras(self) -> list[str]:
+        """Names of the loaded adapters (the constructor's ``lora_path`` is named by its path)."""
+        return self._adapters.names() if self._adapters is not None else []
+
+    def _use_adapters(self, active_loras: Sequence[dict[str, Any]] | None,
+                      control_vector: dict[str, Any] | None) -> AdapterKey:
+        """Set the requested adapters on the context (None: the constructor's ``lora_path``, no vector)."""
+        adapters = self._adapters
+        return adapters.apply(self._live_ctx(), adapters.select(active_loras),  # type: ignore[union-attr]
+                              adapters.control_vector(control_vector))  # type: ignore[union-attr]
 
     # -- model information --------------------------------------------------
     def _read_metadata(self) -> dict[str, str]:
@@ -489,7 +530,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
 
     @property
     def loaded_lora_count(self) -> int:
-        return len(self._loras)
+        return len(self.list_loras())
 
     def tokenizer(self) -> "LlamaTokenizer":
         """A tokenizer object over this model (llama-cpp-python's ``LlamaTokenizer``)."""
@@ -568,6 +609,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         ctx = self._live_ctx()
         lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
         self._tokens = []
+        self._kv_adapters = self._adapters.applied  # type: ignore[union-attr]
 
     def set_seed(self, seed: int) -> None:
         self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
@@ -580,7 +622,8 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         buf = ffi.new("uint8_t[]", size)
         written = lib.llama_state_get_data(ctx, buf, size)
         return LlamaState(input_ids=np.asarray(self._tokens, dtype=np.intc), n_tokens=len(self._tokens),
-                          llama_state=ffi.buffer(buf, written)[:], llama_state_size=written, seed=self._seed)
+                          llama_state=ffi.buffer(buf, written)[:], llama_state_size=written, seed=self._seed,
+                          adapters=self._kv_adapters)
 
     def load_state(self, state: "LlamaState") -> None:
         """Restore a snapshot taken by ``save_state`` on a context of the same model and size."""
@@ -594,6 +637,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                                "was it saved from another model or context size?")
         self._tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
         self._seed = state.seed
+        self._kv_adapters = state.adapters
 
     # logging (process-global, see llama_cpp._logger)
     def set_verbosity(self, verbosity: int | str | bool) -> int:
@@ -623,7 +667,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         """Stop a running generation from another thread (finish_reason "abort")."""
         self._abort.set()
 
-    def _decode(self, tokens: Sequence[int]) -> None:
+    def _decode(self, tokens: Sequence[int], keep_scores: bool = True) -> None:
         """Decode in n_batch chunks; a long prefill can be interrupted by ``abort()``.
 
         With ``logits_all`` every token's logits are requested and kept in
@@ -650,7 +694,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                     raise GenerationAborted()
                 if rc != 0:
                     raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
-                if self._scores is not None:
+                if self._scores is not None and keep_scores:
                     rows = np.frombuffer(ffi.buffer(lib.llama_get_logits(ctx), len(chunk) * self._n_vocab * 4),
                                          dtype=np.float32).reshape(len(chunk), self._n_vocab)
                     self._scores[len(self._tokens):len(self._tokens) + len(chunk)] = rows
@@ -706,18 +750,42 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                 raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
         return ids
 
-    def eval(self, tokens: Sequence[int]) -> None:
-        """Evaluate ``tokens`` after those already in the context."""
-        tokens = self._token_list(tokens)
+    def eval(self, tokens: Sequence[int], active_loras: Sequence[dict[str, Any]] | None = None,
+             control_vector: dict[str, Any] | None = None, copy_logits: bool = True) -> None:
+        """Evaluate ``tokens`` after those already in the context.
+
+        ``active_loras``/``control_vector`` choose the adapters these tokens
+        are evaluated with (omitted: the constructor's ``lora_path`` and no
+        vector).  With ``logits_all``, ``copy_logits=False`` leaves their rows
+        of ``scores`` unfilled.
+        """
+        self._note_adapters(self._use_adapters(active_loras, control_vector))
+        self._eval(self._token_list(tokens), copy_logits)
+
+    def _note_adapters(self, key: AdapterKey) -> None:
+        """Tokens are about to be appended under ``key``: remember what the ledger was evaluated with."""
+        if not self._tokens:
+            self._kv_adapters = key
+        elif key != self._kv_adapters:
+            self._kv_adapters = None  # a mix of adapters: never reused as a prefix
+
+    def _eval(self, tokens: list[int], keep_scores: bool = True) -> None:
         if len(self._tokens) + len(tokens) > self.n_ctx():
             if len(tokens) > self.n_ctx():
                 raise ValueError(f"{len(tokens)} tokens do not fit in the context window of {self.n_ctx()}")
             self._shift_context(len(tokens))
-        self._decode(tokens)
+        self._decode(tokens, keep_scores)
 
-    def _prepare(self, tokens: Sequence[int]) -> None:
-        """Reuse the longest common prefix with the KV cache, evaluate the rest."""
+    def _prepare(self, tokens: Sequence[int], adapters: AdapterKey) -> None:
+        """Reuse the longest common prefix with the KV cache, evaluate the rest.
+
+        Only a prefix evaluated with the same adapters is reused.
+        """
         ctx = self._live_ctx()
+        if self._tokens and adapters != self._kv_adapters:
+            lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+            self._tokens = []
+        self._kv_adapters = adapters
         prefix = self.longest_token_prefix(self._tokens, tokens)
         if prefix == len(tokens):
             prefix -= 1  # the last token must be evaluated again to get its logits
@@ -727,7 +795,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                 lib.llama_memory_clear(mem, True)
                 prefix = 0
             del self._tokens[prefix:]
-        self.eval(tokens[prefix:])
+        self._eval(list(tokens[prefix:]))
 
     def _sampling(self, overrides: dict[str, Any]) -> SamplingParams:
         values = {k: v for k, v in overrides.items() if v is not None}
@@ -745,12 +813,15 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     def generate(self, tokens: Sequence[int], *, reset: bool = True,
                  logits_processor: Callable[..., Any] | None = None,
                  stopping_criteria: Callable[..., bool] | None = None,
+                 active_loras: Sequence[dict[str, Any]] | None = None,
+                 control_vector: dict[str, Any] | None = None,
                  **sampling: Any) -> Generator[int, Any, None]:
         """Yield sampled tokens after evaluating ``tokens``, until an end-of-generation token.
 
         Sampling keywords are those of :class:`~llama_cpp.sampling.SamplingParams`
         (``temp`` is accepted for ``temperature``).  ``send(tokens)`` to the
         generator evaluates extra tokens after the one just yielded.
+        ``active_loras``/``control_vector`` as for ``eval``.
         """
         if "temp" in sampling:
             sampling["temperature"] = sampling.pop("temp")
@@ -758,7 +829,16 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         token_list = self._token_list(tokens)
         if not token_list:
             raise ValueError("generate() needs at least one token to start from")
-        return self._generate(token_list, params, reset, logits_processor, stopping_criteria)
+        return self._generate(token_list, params, reset, logits_processor, stopping_criteria,
+                              self._adapter_request(active_loras, control_vector))
+
+    def _adapter_request(self, active_loras: Sequence[dict[str, Any]] | None,
+                         control_vector: dict[str, Any] | None) -> tuple[Any, Any]:
+        """Validate a request's adapters now (not when a lazy generator first runs)."""
+        adapters = self._adapters
+        if adapters is None:
+            raise RuntimeError("this Llama instance is closed")
+        return adapters.select(active_loras), adapters.control_vector(control_vector)
 
     def sample(self, idx: int = -1, **sampling: Any) -> int:
         """Sample one token from the logits of the last evaluated token (or output ``idx``) and accept it.
@@ -788,17 +868,20 @@ class Llama(ChatAPI, CompletionAPI, Closing):
 
     def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True,
                   logits_processor: Callable[..., Any] | None = None,
-                  stopping_criteria: Callable[..., bool] | None = None) -> Generator[int, Any, None]:
+                  stopping_criteria: Callable[..., bool] | None = None,
+                  adapters: tuple[Any, Any] | None = None) -> Generator[int, Any, None]:
         ctx = self._live_ctx()
         if not self._lock.acquire(blocking=False):
             raise RuntimeError("another generation is already running on this Llama instance")
         try:
             self._abort.clear()
+            key = self._adapters.apply(ctx, *(adapters or self._adapter_request(None, None)))  # type: ignore
             try:
                 if reset:
-                    self._prepare(tokens)
+                    self._prepare(tokens, key)
                 else:
-                    self.eval(tokens)
+                    self._note_adapters(key)
+                    self._eval(tokens)
             except GenerationAborted:
                 return
             chain = self._chain(params)
@@ -862,7 +945,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                     if ids is not None:
                         ids.append(token)
                     if sent:  # generator.send(tokens): evaluate extra tokens after the sampled one
-                        self.eval(list(sent))
+                        self._eval(self._token_list(sent))
                         if ids is not None:
                             ids = _TokenArray(self._tokens)
                         ledger = self._tokens

@@ -52,7 +52,7 @@ def get_chat_completion_handler(name: str) -> Callable[..., Any]:
 
 # -- OpenAI shapes ------------------------------------------------------------------
 
-def _chat_logprobs(logprobs: dict[str, list] | None) -> dict[str, Any] | None:
+def chat_logprobs(logprobs: dict[str, list] | None) -> dict[str, Any] | None:
     """Completion logprobs -> chat ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
     if not logprobs:
         return None
@@ -79,7 +79,7 @@ def completion_to_chat_completion(completion: dict[str, Any], *, message: dict[s
         "choices": [{
             "index": 0,
             "message": msg,
-            "logprobs": _chat_logprobs(choice.get("logprobs")),
+            "logprobs": chat_logprobs(choice.get("logprobs")),
             "finish_reason": finish_reason or choice["finish_reason"],
         }],
         "usage": completion["usage"],
@@ -99,7 +99,7 @@ def chunks_to_chat_chunks(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
             first = False
         if choice["text"]:
             yield {**base, "choices": [{"index": 0, "delta": {"content": choice["text"]},
-                                        "logprobs": _chat_logprobs(choice.get("logprobs")), "finish_reason": None}]}
+                                        "logprobs": chat_logprobs(choice.get("logprobs")), "finish_reason": None}]}
         if choice["finish_reason"] is not None:
             final = {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
                                           "finish_reason": choice["finish_reason"]}]}

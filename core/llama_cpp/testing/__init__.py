@@ -7,7 +7,7 @@ also be used directly.
 
 from .registration import registered_plugin
 from .assets import llama_cpp_source_dir, smollm2_path, vocab_file, vocab_test_vectors
-from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
+from .tiny_models import TinyLlamaSpec, write_control_vector, write_tiny_llama, write_tiny_lora
 
 __all__ = [
     "TinyLlamaSpec",
@@ -16,6 +16,7 @@ __all__ = [
     "smollm2_path",
     "vocab_file",
     "vocab_test_vectors",
+    "write_control_vector",
     "write_tiny_llama",
     "write_tiny_lora",
 ]

@@ -154,3 +154,17 @@ def write_tiny_lora(path: Path, spec: TinyLlamaSpec = TinyLlamaSpec(), *, rank: 
             writer.add_tensor(f"blk.{i}.{name}.weight.lora_a", a)
             writer.add_tensor(f"blk.{i}.{name}.weight.lora_b", b)
     return _finish(writer, tmp, path)
+
+
+def write_control_vector(path: Path, directions: dict[int, np.ndarray]) -> Path:
+    """Write a control-vector GGUF as llama.cpp's tools read it: one F32 ``direction.<layer>`` per layer (from 1)."""
+    import gguf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    writer = gguf.GGUFWriter(str(tmp), arch="controlvector")
+    for layer, direction in sorted(directions.items()):
+        if layer < 1:
+            raise ValueError(f"control vector layers start at 1, got {layer}")
+        writer.add_tensor(f"direction.{layer}", np.asarray(direction, dtype=np.float32))
+    return _finish(writer, tmp, path)

@@ -1,8 +1,10 @@
 """The chat formats of llama_cpp, as a plugin.
 
-Registers ``chat_template`` (the model's own Jinja templates, sandboxed) and
-the named formats of llama-cpp-python (``chatml``, ``llama-3``...).  Also
-exports, for ``llama_cpp.llama_chat_format``, the seed's public names:
+Registers ``chat_template`` (the model's own Jinja templates, sandboxed),
+the named formats of llama-cpp-python (``chatml``, ``llama-3``...) and the
+function-calling handlers ``chatml-function-calling``, ``functionary``,
+``functionary-v1`` and ``functionary-v2``.  Also exports, for
+``llama_cpp.llama_chat_format``, the seed's public names:
 ``Jinja2ChatFormatter``, ``chat_formatter_to_chat_completion_handler`` and the
 ``format_*`` functions.
 """
@@ -14,6 +16,7 @@ from llama_cpp.plugins import ChatFormat
 
 from .formats import NAMED_FORMATS
 from .function_calling import format_chatml_function_calling
+from .functionary import DIALECTS, functionary_handler
 from .gguf_template import gguf_template_handler
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
 from .jinja import Jinja2ChatFormatter, TemplateError  # noqa: F401 (exported for llama_chat_format)
@@ -35,4 +38,6 @@ def llama_cpp_chat_formats() -> list[ChatFormat]:
     formats.append(ChatFormat("chatml-function-calling",
                               chat_formatter_to_chat_completion_handler(format_chatml_function_calling),
                               description="tool use for any ChatML model (tools described in the system message)"))
+    formats += [ChatFormat(name, functionary_handler(name), description=f"MeetKai {name} (function calling)")
+                for name in DIALECTS]
     return formats

@@ -16,15 +16,15 @@ from llama_cpp import llama_grammar
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from llama_cpp.sampling import SamplingParams
 
+from .streaming import stream_auto_reply, stream_wrapped_call
 from .tool_calls import forced_call_schema, legacy_functions_as_tools, make_tool_call, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
-              "assistant_prefill", "add_generation_prompt", "chat_template_kwargs", "chat_template_name",
-              "active_loras", "control_vector"}
+              "assistant_prefill", "add_generation_prompt", "chat_template_kwargs", "chat_template_name"}
 _COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_bias", "logits_processor",
                         "stopping_criteria", "temperature", "top_p", "top_k", "min_p", "typical_p",
-                        "presence_penalty", "frequency_penalty", "repeat_penalty"}
+                        "presence_penalty", "frequency_penalty", "repeat_penalty", "active_loras", "control_vector"}
 _SAMPLING_FIELDS = {f.name for f in SamplingParams.__attrs_attrs__}  # type: ignore[attr-defined]
 
 
@@ -70,8 +70,8 @@ def formatter_handler(formatter: Callable[..., ChatFormatterResponse]) -> Callab
     return handler
 
 
-def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
-                  request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+def tools_of(request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any]:
+    """The request's (tools, tool_choice), the legacy ``functions``/``function_call`` included."""
     if request.get("functions") and not request.get("tools"):
         request["tools"], request["tool_choice"] = legacy_functions_as_tools(request["functions"],
                                                                              request.get("function_call"))
@@ -79,6 +79,44 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     tool_choice = request.get("tool_choice") or ("auto" if tools else "none")
     if tool_choice not in ("auto", "none", "required") and not isinstance(tool_choice, dict):
         raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a named function, got {tool_choice!r}")
+    return tools, tool_choice
+
+
+def tokenize_prompt(llama: Any, prompt: str, added_special: bool) -> list[int]:
+    """Special tokens in the rendered prompt are tokens; BOS is added unless the prompt has it already."""
+    add_bos = not added_special and llama.token_bos() >= 0 and llama.metadata.get(
+        "tokenizer.ggml.add_bos_token", "true") != "false"
+    return llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+
+def completion_arguments(request: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of ``create_completion`` for a chat request (sampling, logprobs, limits, adapters).
+
+    ``stop``, ``grammar`` and ``stream`` are left to the caller, which knows
+    the format's stop strings and what it constrains or streams.
+    """
+    unknown = set(request) - _CHAT_ONLY - _COMPLETION_KEYWORDS - _SAMPLING_FIELDS - {"grammar"}
+    if unknown:
+        raise TypeError(f"create_chat_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    top_logprobs = request.get("top_logprobs")
+    kwargs = {k: v for k, v in request.items()
+              if (k in _COMPLETION_KEYWORDS or k in _SAMPLING_FIELDS) and v is not None
+              and k not in ("stop", "stream", "grammar")}
+    kwargs["logprobs"] = (top_logprobs or 0) if request.get("logprobs") else None  # logprobs=True alone works
+    kwargs["max_tokens"] = request.get("max_tokens")  # None: up to the end of the context
+    return kwargs
+
+
+def user_stops(request: dict[str, Any], *format_stops: str) -> list[str]:
+    """The request's stop strings followed by the format's own."""
+    stop = request.get("stop")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    return stops + [s for s in format_stops if s and s not in stops]
+
+
+def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
+                  request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    tools, tool_choice = tools_of(request)
     forced = forced_call_schema(tools, tool_choice) if tools else None
     if forced is not None:
         request["grammar"] = json_schema_grammar(forced)
@@ -90,39 +128,20 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
         add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
         **template_kwargs,
     )
-    prompt = rendered.prompt + prefill
-    add_bos = not rendered.added_special and llama.token_bos() >= 0 and llama.metadata.get(
-        "tokenizer.ggml.add_bos_token", "true") != "false"
-    prompt_tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-
-    stop = request.get("stop")
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    prompt_tokens = tokenize_prompt(llama, rendered.prompt + prefill, rendered.added_special)
     format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
-    stops += [s for s in format_stops if s not in stops]
-
     grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
-    top_logprobs = request.get("top_logprobs")
-    logprobs = (top_logprobs or 0) if request.get("logprobs") else None  # logprobs=True alone works too
-
-    completion_kwargs = {k: v for k, v in request.items() if k in _COMPLETION_KEYWORDS and v is not None}
-    sampling = {k: v for k, v in request.items()
-                if k in _SAMPLING_FIELDS and k not in completion_kwargs and k != "grammar" and v is not None}
-    unknown = set(request) - _CHAT_ONLY - _COMPLETION_KEYWORDS - _SAMPLING_FIELDS - {"grammar"}
-    if unknown:
-        raise TypeError(f"create_chat_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    for name in ("active_loras", "control_vector"):
-        if request.get(name):
-            raise ValueError(f"{name} is not supported by this version of llama_cpp yet")
-    completion_kwargs["stop"] = stops
-    completion_kwargs["max_tokens"] = request.get("max_tokens")  # None: up to the end of the context
-    stream = bool(completion_kwargs.pop("stream", False))
+    stream = bool(request.get("stream"))
     parse_tools = tools is not None and tool_choice != "none"
-    result = llama.create_completion(prompt_tokens, logprobs=logprobs, grammar=grammar, stream=stream and not parse_tools,
-                                     **completion_kwargs, **sampling)
+    result = llama.create_completion(prompt_tokens, grammar=grammar, stop=user_stops(request, *format_stops),
+                                     stream=stream, **completion_arguments(request))
     if not parse_tools:
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
-    chat = _with_tool_calls(completion_to_chat_completion(result), tools, forced is not None)
-    return chat_completion_as_chunks(chat) if stream else chat
+    if stream:
+        if forced is not None:
+            return stream_wrapped_call(result)
+        return stream_auto_reply(result, lambda text: parse_tool_calls(text, tools))
+    return _with_tool_calls(completion_to_chat_completion(result), tools, forced is not None)
 
 
 def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: bool) -> dict[str, Any]:

@@ -94,6 +94,46 @@ def test_required_tool_call_and_streamed_deltas(smol: Llama) -> None:
     assert deltas and deltas[0]["index"] == 0 and deltas[0]["function"]["name"] in {"special_function",
                                                                                    "special_function_with_opt"}
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # the arguments arrive while they are generated, and add up to the non-streamed call
+    assert len(deltas) > 3 and all("name" not in d["function"] for d in deltas[1:])
+    reply = smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="required", temperature=0.0)
+    call = reply["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert deltas[0]["function"]["name"] == call["name"]
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == json.loads(call["arguments"])
+
+
+def test_auto_replies_stream_text_at_once_and_tool_calls_parsed_at_the_end(smol: Llama) -> None:
+    from llama_cpp_chat_formats.streaming import stream_auto_reply
+
+    def completion_chunks(pieces):
+        for i, piece in enumerate(pieces):
+            yield {"id": "cmpl-1", "created": 0, "model": "m", "choices": [
+                {"text": piece, "index": 0, "logprobs": None,
+                 "finish_reason": "stop" if i == len(pieces) - 1 else None}]}
+
+    def run(pieces):
+        return list(stream_auto_reply(completion_chunks(pieces), lambda t: parse_tool_calls(t, TOOLS)))
+
+    text_reply = run(["Hello", " there", ", <tool", " friend", ""])
+    contents = [c["choices"][0]["delta"].get("content") for c in text_reply]
+    assert contents[1:3] == ["Hello", " there"]  # sent as they come; "<tool" waits to see if it opens a call
+    assert "".join(c or "" for c in contents) == "Hello there, <tool friend"
+    assert text_reply[-1]["choices"][0]["finish_reason"] == "stop"
+
+    call_reply = run(["Sure.", " <tool_call>", '{"name": "special_function", ', '"arguments": {"arg1": 3}}',
+                      "</tool_call>"])
+    deltas = [c["choices"][0]["delta"] for c in call_reply]
+    assert deltas[1] == {"content": "Sure."}
+    assert "".join(d.get("content") or "" for d in deltas) == "Sure. "
+    assert not any("<tool_call>" in (d.get("content") or "") for d in deltas)
+    calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("special_function", {"arg1": 3})]
+    assert call_reply[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    llama3_reply = run(['{"name": "special_function",', ' "parameters": {"arg1": 5}}'])
+    assert not any(c["choices"][0]["delta"].get("content") for c in llama3_reply)
+    assert llama3_reply[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_legacy_functions_and_bad_choices(smol: Llama) -> None:
@@ -196,7 +236,8 @@ def test_auto_parses_a_real_reply_streamed_and_not(smol: Llama) -> None:
     chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="auto", grammar=hermes,
                                               temperature=0.0, stream=True))
     deltas = [c["choices"][0]["delta"] for c in chunks]
-    assert {"content": "Checking."} in deltas
+    texts = [d["content"] for d in deltas if d.get("content")]
+    assert len(texts) > 1 and "".join(texts).strip() == "Checking."  # streamed token by token
     calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
     assert json.loads(calls[0]["function"]["arguments"]) == args
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -1,0 +1,165 @@
+"""Streaming replies that may call tools, as OpenAI chat.completion.chunk deltas, while they are generated.
+
+* A forced call (a named or required tool) streams its arguments as they
+  are sampled: one delta opens the call (id, name), then argument fragments.
+* An "auto" reply streams its text until something that could open a tool
+  call appears (one of the families' markers, or a leading ``{``); from
+  there the rest is held back and, at the end, parsed into tool calls (or
+  sent as text if it was none).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Callable, Iterator
+
+from llama_cpp.llama_chat_format import chat_logprobs
+
+# text that opens a tool call in one of the styles tool_calls.parse_tool_calls reads
+CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "functools[", "<function=", "<|python_tag|>", ">>>", "functions.")
+
+Chunk = dict[str, Any]
+
+
+class _ChunkWriter:
+    """chat.completion.chunk objects with the id/created/model of the completion being streamed."""
+
+    def __init__(self) -> None:
+        self.base: dict[str, Any] | None = None
+        self.finish: str | None = None
+        self.usage: dict[str, int] | None = None
+
+    def see(self, chunk: Chunk) -> dict[str, Any]:
+        """Record a text_completion chunk; returns its choice."""
+        if self.base is None:
+            self.base = {"id": "chat" + chunk["id"], "object": "chat.completion.chunk",
+                         "created": chunk["created"], "model": chunk["model"]}
+        choice = chunk["choices"][0]
+        if choice["finish_reason"] is not None:
+            self.finish = choice["finish_reason"]
+            self.usage = chunk.get("usage")
+        return choice
+
+    def delta(self, delta: dict[str, Any], logprobs: Any = None) -> Chunk:
+        return {**(self.base or {}), "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                                   "finish_reason": None}]}
+
+    def end(self, finish: str) -> Chunk:
+        out = {**(self.base or {}), "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]}
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
+
+
+def _call_delta(name: str | None, arguments: str, call_id: str | None = None, index: int = 0) -> dict[str, Any]:
+    call: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if name is not None:
+        call.update(id=call_id, type="function")
+        call["function"]["name"] = name
+    return {"tool_calls": [call]}
+
+
+def stream_forced_call(chunks: Iterator[Chunk], name: str) -> Iterator[Chunk]:
+    """The completion of a call's JSON arguments, streamed as the deltas of one tool call."""
+    writer = _ChunkWriter()
+    opened = False
+    for chunk in chunks:
+        choice = writer.see(chunk)
+        if not opened:
+            yield writer.delta({"role": "assistant"})
+            yield writer.delta(_call_delta(name, "", f"call_{uuid.uuid4().hex[:24]}"))
+            opened = True
+        if choice["text"]:
+            yield writer.delta(_call_delta(None, choice["text"]), chat_logprobs(choice.get("logprobs")))
+    yield writer.end("tool_calls" if writer.finish == "stop" else writer.finish or "tool_calls")
+
+
+_WRAPPED_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
+
+
+def stream_wrapped_call(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """A forced ``{"name": ..., "arguments": {...}}`` reply, streamed as one tool call.
+
+    The call opens once the name is complete; the arguments follow as they
+    come, except the object's closing brace, held back until the end.
+    """
+    writer = _ChunkWriter()
+    text, sent, name = "", 0, None
+    yield_role = True
+    for chunk in chunks:
+        choice = writer.see(chunk)
+        if yield_role:
+            yield writer.delta({"role": "assistant"})
+            yield_role = False
+        text += choice["text"]
+        if name is None:
+            head = _WRAPPED_HEAD.match(text)
+            if head is None:
+                continue
+            name, sent = json.loads(head.group(1)), head.end()
+            yield writer.delta(_call_delta(name, "", f"call_{uuid.uuid4().hex[:24]}"))
+        body_end = len(text.rstrip().removesuffix("}").rstrip()) if writer.finish else _held_back(text)
+        if body_end > sent:
+            yield writer.delta(_call_delta(None, text[sent:body_end]))
+            sent = body_end
+    if name is None:  # cut off before the name was complete (max_tokens): nothing callable came out
+        yield writer.delta({"content": text})
+    yield writer.end("tool_calls" if writer.finish == "stop" else writer.finish or "tool_calls")
+
+
+def _held_back(text: str) -> int:
+    """Where the text that may still be the wrapper's closing brace (and spaces) begins."""
+    stripped = text.rstrip()
+    return len(stripped) - 1 if stripped.endswith("}") else len(stripped)
+
+
+def _marker_start(text: str, markers: tuple[str, ...]) -> int:
+    """Where a marker (or a text that may grow into one) begins in ``text``; len(text) if nowhere."""
+    if not text.strip() or text.lstrip().startswith("{"):
+        return text.find("{") if text.strip() else len(text)
+    cut = len(text)
+    for marker in markers:
+        at = text.find(marker)
+        if at >= 0:
+            cut = min(cut, at)
+        for k in range(min(len(marker) - 1, len(text)), 0, -1):  # a marker's beginning at the very end
+            if text.endswith(marker[:k]):
+                cut = min(cut, len(text) - k)
+                break
+    return cut
+
+
+def stream_auto_reply(chunks: Iterator[Chunk],
+                      parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],
+                      markers: tuple[str, ...] = CALL_MARKERS) -> Iterator[Chunk]:
+    """Text deltas while the reply is text; what may be tool calls is held back and parsed at the end."""
+    writer = _ChunkWriter()
+    text, sent, holding = "", 0, False
+    first = True
+    for chunk in chunks:
+        choice = writer.see(chunk)
+        if first:
+            yield writer.delta({"role": "assistant"})
+            first = False
+        text += choice["text"]
+        if holding:
+            continue
+        cut = _marker_start(text, markers)
+        holding = cut < len(text) and any(m in text[cut:] for m in markers) or text[cut:].lstrip().startswith("{")
+        if cut > sent:
+            yield writer.delta({"content": text[sent:cut]}, chat_logprobs(choice.get("logprobs")))
+            sent = cut
+    content, calls = parse(text[sent:])
+    if calls:
+        if content:
+            yield writer.delta({"content": content})
+        for index, call in enumerate(calls):
+            fn = call["function"]
+            yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], index))
+        yield writer.end("tool_calls")
+    else:
+        if len(text) > sent:
+            yield writer.delta({"content": text[sent:]})
+        yield writer.end(writer.finish or "stop")
