@@ -197,3 +197,37 @@ def test_pickling_carries_the_loaded_adapters(tiny_model_path: Path, tiny_lora_p
         with pickle.loads(pickle.dumps(llm)) as clone:
             assert clone.list_loras() == ["a"]
             assert _greedy(clone, active_loras=[{"name": "a"}]) == tuned
+
+
+def test_seed_readme_lora_and_control_vector_examples(tiny_model_factory, tmp_path: Path) -> None:
+    """The README's multi-tenant example, unchanged but for the paths (a 4-layer tiny model, its adapters)
+    and max_tokens (a random model would otherwise talk until the context is full)."""
+    model = tiny_model_factory(n_layer=4)
+    spec = TinyLlamaSpec(n_layer=4)
+    coder = write_tiny_lora(tmp_path / "python-coder-lora.gguf", spec, seed=1)
+    translator = write_tiny_lora(tmp_path / "spanish-translator-lora.gguf", spec, seed=2)
+    llm = Llama(model_path=str(model), verbose=False)
+    llm.load_lora("python_coder", str(coder))
+    llm.load_lora("translator", str(translator))
+    response_a = llm.create_chat_completion(
+        messages=[{"role": "user", "content": "Write a fast inverse square root in C."}],
+        active_loras=[{"name": "python_coder", "scale": 1.0}], max_tokens=8,
+    )
+    response_b = llm.create_chat_completion(
+        messages=[{"role": "user", "content": "Explain quantum physics in Spanish."}],
+        active_loras=[{"name": "translator", "scale": 0.85}], max_tokens=8,
+    )
+    response_c = llm.create_chat_completion(
+        messages=[{"role": "user", "content": "What is the capital of France?"}], max_tokens=8,
+    )
+    llm.unload_lora("python_coder")
+    assert llm.list_loras() == ["translator"]
+    for response in (response_a, response_b, response_c):
+        assert response["object"] == "chat.completion" and response["usage"]["completion_tokens"] > 0
+    n_embd = llm.n_embd()
+    response = llm.create_chat_completion(
+        messages=[{"role": "user", "content": "Tell me a story about a futuristic city."}],
+        control_vector={"data": [0.1] * (n_embd * 4), "layer_start": 2, "layer_end": 4}, max_tokens=8,
+    )
+    assert response["choices"][0]["message"]["content"] is not None
+    llm.close()

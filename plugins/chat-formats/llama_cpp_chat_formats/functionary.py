@@ -254,7 +254,7 @@ def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, 
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
 
     if tool_choice == "auto":
-        result = complete(prompt)
+        result = complete(prompt, grammar=request.get("grammar"))
         content, calls = dialect.parse(result["choices"][0]["text"], names)
         if not calls:
             result["choices"][0]["text"] = content
