@@ -42,12 +42,81 @@ class LlamaChatCompletionHandler(Protocol):
     def __call__(self, *, llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any: ...
 
 
+class LlamaChatCompletionHandlerRegistry:
+    """Chat handlers registered in code, llama-cpp-python's way (one registry per process).
+
+    Plugins publish formats through the ``llama_cpp_chat_formats`` hook; this
+    registry is for a handler defined in a script or an application.  Its
+    names are looked up before the plugins' ones, so ``overwrite=True`` can
+    replace a plugin's format for this process.
+    """
+
+    _instance: "LlamaChatCompletionHandlerRegistry | None" = None
+    _handlers: dict[str, Callable[..., Any]]
+
+    def __new__(cls) -> "LlamaChatCompletionHandlerRegistry":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+            cls._instance._handlers = {}
+        return cls._instance
+
+    def register_chat_completion_handler(self, name: str, chat_handler: Callable[..., Any],
+                                         overwrite: bool = False) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a chat handler needs a non-empty string name, got {name!r}")
+        if not callable(chat_handler):
+            raise TypeError(f"chat handler {name!r} must be callable, got {chat_handler!r}")
+        if not overwrite and (name in self._handlers or name in get_host().records(ChatFormat)):
+            raise ValueError(f"chat handler {name!r} is already registered (pass overwrite=True to replace it)")
+        self._handlers[name] = chat_handler
+
+    def unregister_chat_handler(self, name: str) -> None:
+        if name not in self._handlers:
+            raise ValueError(f"no chat handler {name!r} was registered in code; registered: "
+                             f"{', '.join(sorted(self._handlers)) or 'none'}")
+        del self._handlers[name]
+
+    def get_chat_completion_handler_by_name(self, name: str) -> Callable[..., Any]:
+        handler = self._handlers.get(name)
+        if handler is not None:
+            return handler
+        try:
+            return get_host().choose(ChatFormat, name).handler
+        except ValueError as exc:
+            raise LlamaChatCompletionHandlerNotFoundException(
+                f"{exc}{'; registered in code: ' + ', '.join(sorted(self._handlers)) if self._handlers else ''}"
+            ) from None
+
+
 def get_chat_completion_handler(name: str) -> Callable[..., Any]:
-    """The handler of a registered chat format (ValueError lists the registered ones)."""
-    try:
-        return get_host().choose(ChatFormat, name).handler
-    except ValueError as exc:
-        raise LlamaChatCompletionHandlerNotFoundException(str(exc)) from None
+    """The handler called ``name``: registered in code, else a plugin's format (the error lists them)."""
+    return LlamaChatCompletionHandlerRegistry().get_chat_completion_handler_by_name(name)
+
+
+def register_chat_completion_handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a chat completion handler under ``name``."""
+
+    def decorator(handler: Callable[..., Any]) -> Callable[..., Any]:
+        LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(name, handler)
+        return handler
+
+    return decorator
+
+
+def register_chat_format(name: str) -> Callable[[Callable[..., ChatFormatterResponse]], Callable[..., Any]]:
+    """Decorator: register a prompt formatter (messages -> ChatFormatterResponse) as the format ``name``.
+
+    The formatter is wrapped by the chat-formats plugin's
+    ``chat_formatter_to_chat_completion_handler`` (structured output, tools,
+    streaming), found when the decorator runs.
+    """
+
+    def decorator(formatter: Callable[..., ChatFormatterResponse]) -> Callable[..., Any]:
+        to_handler = __getattr__("chat_formatter_to_chat_completion_handler")
+        LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(name, to_handler(formatter))
+        return formatter
+
+    return decorator
 
 
 # -- OpenAI shapes ------------------------------------------------------------------

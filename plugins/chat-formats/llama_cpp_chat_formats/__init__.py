@@ -19,11 +19,16 @@ from .function_calling import format_chatml_function_calling
 from .functionary import DIALECTS, functionary_handler
 from .gguf_template import gguf_template_handler
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
+from .hf_tokenizer import (hf_autotokenizer_to_chat_completion_handler,  # noqa: F401 (exported)
+                           hf_autotokenizer_to_chat_formatter, hf_tokenizer_config_to_chat_completion_handler,
+                           hf_tokenizer_config_to_chat_formatter)
 from .jinja import Jinja2ChatFormatter, TemplateError  # noqa: F401 (exported for llama_chat_format)
 
 __llama_chat_format_exports__ = frozenset({
     "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError",
-    "format_chatml_function_calling",
+    "format_chatml_function_calling", "hf_autotokenizer_to_chat_formatter",
+    "hf_autotokenizer_to_chat_completion_handler", "hf_tokenizer_config_to_chat_formatter",
+    "hf_tokenizer_config_to_chat_completion_handler",
     *(f"format_{name.replace('-', '_')}" for name in NAMED_FORMATS),
 })
 globals().update({f"format_{name.replace('-', '_')}": fn for name, fn in NAMED_FORMATS.items()})

@@ -149,7 +149,10 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
     choice = chat["choices"][0]
     text = choice["message"]["content"] or ""
     if forced:
-        call = json.loads(text)  # the grammar guarantees {"name": ..., "arguments": {...}}
+        try:
+            call = json.loads(text)  # the grammar guarantees {"name": ..., "arguments": {...}}
+        except json.JSONDecodeError:  # unless max_tokens cut it short: the text stays, finish_reason "length"
+            return chat
         content, calls = None, [make_tool_call(call["name"], call["arguments"])]
     else:
         content, calls = parse_tool_calls(text, tools)

@@ -241,3 +241,12 @@ def test_auto_parses_a_real_reply_streamed_and_not(smol: Llama) -> None:
     calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
     assert json.loads(calls[0]["function"]["arguments"]) == args
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_forced_call_cut_short_by_max_tokens_is_reported_not_raised(smol: Llama) -> None:
+    named = {"type": "function", "function": {"name": "special_function"}}
+    out = smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice=named, temperature=0.0, max_tokens=3)
+    assert out["choices"][0]["finish_reason"] == "length" and "tool_calls" not in out["choices"][0]["message"]
+    chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice=named, temperature=0.0,
+                                              max_tokens=3, stream=True))
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
