@@ -36,9 +36,8 @@ from llama_cpp.llama_chat_format import chunks_to_chat_chunks, completion_to_cha
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 
 from .formats import message_role, message_text
-from .handler import (chat_completion_as_chunks, completion_arguments, response_format_grammar, tokenize_prompt,
-                      tools_of, user_stops)
-from .streaming import stream_forced_call
+from .handler import completion_arguments, response_format_grammar, tokenize_prompt, tools_of, user_stops
+from .streaming import CallSyntax, stream_auto_reply, stream_forced_call
 from .tool_calls import make_tool_call, tool_names
 from .typescript_schema import functions_namespace
 
@@ -208,16 +207,21 @@ class Dialect:
     stops: tuple[str, ...]  # what ends the assistant's turn
     parse: Callable[[str, list[str]], tuple[str, list[dict[str, Any]]]]
     marker: str  # a special token only this generation's vocabulary has ("" for the first)
+    call_markers: tuple[str, ...]  # what opens a call after some text
+
+    def streaming_syntax(self) -> CallSyntax:
+        return CallSyntax(markers=self.call_markers, opening=self.text_opening, bare_json=False)
 
 
 DIALECTS = {
     "functionary": Dialect("functionary", render_v0, ":\n", (" to=functions.", ":\n"), ("user:", "</s>"),
-                           parse_v0, ""),
+                           parse_v0, "", ("\nassistant to=functions.", "to=functions.")),
     "functionary-v1": Dialect("functionary-v1", render_v1, "", ("<|START_OF_FUNCTION_CALL|>", ":\n"),
                               ("<|END_OF_ASSISTANT|>", "<|END_OF_FUNCTION_CALL|>"), parse_v1,
-                              "<|START_OF_FUNCTION_CALL|>"),
+                              "<|START_OF_FUNCTION_CALL|>", ("<|START_OF_FUNCTION_CALL|>",)),
     "functionary-v2": Dialect("functionary-v2", render_v2, "all\n<|content|>", ("", "\n<|content|>"),
-                              ("<|stop|>", "\n<|from|>user", "\n<|from|>system"), parse_v2, "<|recipient|>"),
+                              ("<|stop|>", "\n<|from|>user", "\n<|from|>system"), parse_v2, "<|recipient|>",
+                              ("\n<|from|>", "<|from|>")),
 }
 
 
@@ -254,7 +258,9 @@ def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, 
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
 
     if tool_choice == "auto":
-        result = complete(prompt, grammar=request.get("grammar"))
+        result = complete(prompt, grammar=request.get("grammar"), stream=stream)
+        if stream:
+            return stream_auto_reply(result, lambda text: dialect.parse(text, names), dialect.streaming_syntax())
         content, calls = dialect.parse(result["choices"][0]["text"], names)
         if not calls:
             result["choices"][0]["text"] = content
@@ -264,7 +270,7 @@ def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, 
             if len(calls) == 1:
                 message["function_call"] = dict(calls[0]["function"])
             chat = completion_to_chat_completion(result, message=message, finish_reason="tool_calls")
-        return chat_completion_as_chunks(chat) if stream else chat
+        return chat
 
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")

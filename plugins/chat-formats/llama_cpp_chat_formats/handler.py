@@ -163,21 +163,3 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
         choice["message"] = message
         choice["finish_reason"] = "tool_calls"
     return chat
-
-
-def chat_completion_as_chunks(chat: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A finished chat.completion as the stream of chunks a client expects (content, tool-call deltas, end)."""
-    choice = chat["choices"][0]
-    base = {"id": chat["id"], "object": "chat.completion.chunk", "created": chat["created"], "model": chat["model"]}
-
-    def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}]}
-
-    yield delta({"role": "assistant"})
-    if choice["message"].get("content"):
-        yield delta({"content": choice["message"]["content"]})
-    for index, call in enumerate(choice["message"].get("tool_calls") or ()):
-        yield delta({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                     "function": {"name": call["function"]["name"],
-                                                  "arguments": call["function"]["arguments"]}}]})
-    yield {**delta({}, choice["finish_reason"]), "usage": chat["usage"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import chat_logprobs
@@ -115,28 +116,39 @@ def _held_back(text: str) -> int:
     return len(stripped) - 1 if stripped.endswith("}") else len(stripped)
 
 
-def _marker_start(text: str, markers: tuple[str, ...]) -> int:
-    """Where a marker (or a text that may grow into one) begins in ``text``; len(text) if nowhere."""
-    if not text.strip() or text.lstrip().startswith("{"):
-        return text.find("{") if text.strip() else len(text)
-    cut = len(text)
+@dataclass(frozen=True)
+class CallSyntax:
+    """How a reply opens tool calls, so that the text before them can be streamed."""
+
+    markers: tuple[str, ...] = CALL_MARKERS
+    opening: str = ""  # a text answer begins with this (not part of the text); anything else is a call
+    bare_json: bool = True  # a reply that begins with "{" may be a call (Llama 3.x)
+
+
+def _text_end(text: str, start: int, markers: tuple[str, ...]) -> tuple[int, bool]:
+    """How far ``text`` is surely text, and whether a marker has appeared (from ``start`` on).
+
+    A marker's beginning at the very end is held back until the next piece
+    tells whether it grows into the marker.
+    """
+    cut, found = len(text), False
     for marker in markers:
-        at = text.find(marker)
+        at = text.find(marker, start)
         if at >= 0:
-            cut = min(cut, at)
-        for k in range(min(len(marker) - 1, len(text)), 0, -1):  # a marker's beginning at the very end
+            cut, found = min(cut, at), True
+        for k in range(min(len(marker) - 1, len(text) - start), 0, -1):
             if text.endswith(marker[:k]):
                 cut = min(cut, len(text) - k)
                 break
-    return cut
+    return cut, found
 
 
-def stream_auto_reply(chunks: Iterator[Chunk],
-                      parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],
-                      markers: tuple[str, ...] = CALL_MARKERS) -> Iterator[Chunk]:
+def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],
+                      syntax: CallSyntax = CallSyntax()) -> Iterator[Chunk]:
     """Text deltas while the reply is text; what may be tool calls is held back and parsed at the end."""
     writer = _ChunkWriter()
     text, sent, holding = "", 0, False
+    body: int | None = 0 if not syntax.opening else None  # where the text answer starts, once known
     first = True
     for chunk in chunks:
         choice = writer.see(chunk)
@@ -146,20 +158,24 @@ def stream_auto_reply(chunks: Iterator[Chunk],
         text += choice["text"]
         if holding:
             continue
-        cut = _marker_start(text, markers)
-        holding = cut < len(text) and any(m in text[cut:] for m in markers) or text[cut:].lstrip().startswith("{")
+        if body is None:
+            if text.startswith(syntax.opening):
+                body = sent = len(syntax.opening)
+            elif not syntax.opening.startswith(text):
+                holding = True  # not a text answer: a call from the first token
+            continue
+        rest = text[body:].lstrip()
+        if syntax.bare_json and (not rest or rest.startswith("{")):
+            holding = rest.startswith("{")
+            continue
+        cut, holding = _text_end(text, sent, syntax.markers)
         if cut > sent:
             yield writer.delta({"content": text[sent:cut]}, chat_logprobs(choice.get("logprobs")))
             sent = cut
     content, calls = parse(text[sent:])
-    if calls:
-        if content:
-            yield writer.delta({"content": content})
-        for index, call in enumerate(calls):
-            fn = call["function"]
-            yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], index))
-        yield writer.end("tool_calls")
-    else:
-        if len(text) > sent:
-            yield writer.delta({"content": text[sent:]})
-        yield writer.end(writer.finish or "stop")
+    if content:
+        yield writer.delta({"content": content})
+    for index, call in enumerate(calls):
+        fn = call["function"]
+        yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], index))
+    yield writer.end("tool_calls" if calls else writer.finish or "stop")

@@ -190,6 +190,16 @@ def test_auto_and_none_on_a_real_model(smol: Llama) -> None:
         assert out["choices"][0]["finish_reason"] == "tool_calls"
         call = out["choices"][0]["message"]["tool_calls"][0]["function"]
         assert call["name"] == "get_time" and len(json.loads(call["arguments"])["zone"]) == 3
+        chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, grammar=grammar, temperature=0.0,
+                                                  stream=True))
+        streamed = [c["choices"][0]["delta"]["tool_calls"][0]["function"] for c in chunks
+                    if "tool_calls" in c["choices"][0]["delta"]]
+        assert [(f["name"], f["arguments"]) for f in streamed] == [(call["name"], call["arguments"])]
+        text = LlamaGrammar.from_string('root ::= "all\n<|content|>It is " [a-z]+ " today."')
+        chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, grammar=text, temperature=0.0,
+                                                  stream=True))
+        texts = [c["choices"][0]["delta"]["content"] for c in chunks if c["choices"][0]["delta"].get("content")]
+        assert len(texts) > 2 and "".join(texts).startswith("It is ") and "".join(texts).endswith(" today.")
 
         plain = smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice="none", max_tokens=8,
                                             temperature=0.0)
@@ -199,3 +209,31 @@ def test_auto_and_none_on_a_real_model(smol: Llama) -> None:
         assert usage == len(smol.tokenize(prompt.encode(), special=True))  # no functions listed for "none"
     finally:
         smol.chat_format = None
+
+
+def _pieces(text: str, size: int = 3):
+    """A reply as the chunks create_completion streams (a few characters each)."""
+    parts = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    for i, part in enumerate(parts):
+        yield {"id": "cmpl-1", "created": 0, "model": "m", "choices": [
+            {"text": part, "index": 0, "logprobs": None, "finish_reason": "stop" if i == len(parts) - 1 else None}]}
+
+
+@pytest.mark.parametrize("name", list(RECORDED))
+def test_auto_replies_stream_text_as_it_comes_and_calls_at_the_end(name: str) -> None:
+    from llama_cpp_chat_formats.streaming import stream_auto_reply
+
+    dialect = DIALECTS[name]
+    for text, content, calls in RECORDED[name]:
+        chunks = list(stream_auto_reply(_pieces(text), lambda t: dialect.parse(t, ["get_weather", "get_time"]),
+                                        dialect.streaming_syntax()))
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        texts = [d["content"] for d in deltas if d.get("content")]
+        assert "".join(texts).strip() == content
+        if content and not calls and text.startswith(dialect.text_opening):  # a text answer
+            assert len(texts) > 1  # streamed in pieces, not at the end
+            assert not any(marker in "".join(texts) for marker in ("<|", "to=functions"))
+        got = [(d["tool_calls"][0]["function"]["name"], json.loads(d["tool_calls"][0]["function"]["arguments"]))
+               for d in deltas if "tool_calls" in d]
+        assert got == calls
+        assert chunks[-1]["choices"][0]["finish_reason"] == ("tool_calls" if calls else "stop")
