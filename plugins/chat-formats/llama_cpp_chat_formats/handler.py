@@ -156,7 +156,9 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
         content, calls = None, [make_tool_call(call["name"], call["arguments"])]
     else:
         content, calls = parse_tool_calls(text, tools)
-    if calls:
+    if not calls:
+        choice["message"]["content"] = content  # without routing markers such as functionary's ">>>all"
+    else:
         message = {"role": "assistant", "content": content, "tool_calls": calls}
         if len(calls) == 1:  # the legacy field, as the seed returns it
             message["function_call"] = dict(calls[0]["function"])

@@ -7,8 +7,8 @@ OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
 * Qwen3-Coder: ``<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>``
 * Mistral: ``[TOOL_CALLS]NAME[ARGS]{...}`` and the older ``[TOOL_CALLS][{"name": ..., "arguments": ...}]``
 * Llama 3.x: a JSON object ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``)
-* functionary v2: ``>>>NAME\\n{...}`` (``>>>all`` is text)
-* functionary v3.2 / Llama 3.1 custom tools: ``<function=NAME>{...}</function>``
+* functionary v3.2: ``>>>NAME\\n{...}``, with ``>>>all\\n`` before text
+* functionary v3.1 / Llama 3.1 custom tools: ``<function=NAME>{...}</function>``
 * FireFunction v2: ``functools[{"name": ..., "arguments": {...}}, ...]``
 * chatml-function-calling: ``functions.NAME:\\n{...}``
 
@@ -27,7 +27,7 @@ _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*</function>", re.S)
 _QWEN_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
 _MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
-_FUNCTIONARY = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)\s*\n")
+_RECIPIENT = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)[ \t]*\n")
 _CHATML_FC = re.compile(r"functions\.([A-Za-z0-9_.\-]+):\s*\n")
 _FUNCTION_TAG = re.compile(r"<function=([A-Za-z0-9_.\-]+)>")
 
@@ -140,6 +140,26 @@ def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict]] | No
     return (text[:at].strip(), calls) if calls else None
 
 
+def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+    """functionary v3.2: messages ``>>>RECIPIENT\\n...``; ``all`` is text, an offered function a call."""
+    if ">>>" not in text:
+        return None
+    heads = list(_RECIPIENT.finditer(text))
+    if not heads:
+        return None
+    texts, calls = [text[:heads[0].start()]], []
+    for head, after in zip(heads, [*heads[1:], None]):
+        body = text[head.end():after.start() if after else len(text)]
+        values = _json_values(body)
+        if head.group(1) in names and values and not body[:values[0][1]].strip():
+            calls.append(make_tool_call(head.group(1), values[0][0]))
+        elif head.group(1) == "all":
+            texts.append(body)
+        else:
+            texts.append(text[head.start():after.start() if after else len(text)])
+    return "".join(texts).strip(), calls
+
+
 def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
     body = text.split("<|python_tag|>", 1)[-1]
     values = _json_values(body)
@@ -158,10 +178,12 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str
         parsed = parser(text, names)
         if parsed:
             return parsed[0] or None, parsed[1]
-    for pattern in (_FUNCTIONARY, _CHATML_FC):
-        parsed = _parse_prefixed(text, names, pattern)
-        if parsed:
-            return parsed[0] or None, parsed[1]
+    recipients = _parse_recipients(text, names)
+    if recipients is not None:  # also a text-only reply, whose ">>>all" is not part of the text
+        return recipients[0] or None, recipients[1]
+    parsed = _parse_prefixed(text, names, _CHATML_FC)
+    if parsed:
+        return parsed[0] or None, parsed[1]
     return text, []
 
 

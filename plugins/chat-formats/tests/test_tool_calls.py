@@ -38,10 +38,15 @@ RECORDED = {
     "llama-3": ('{"name": "special_function", "parameters": {"arg1": 1}}', None, [("special_function", {"arg1": 1})]),
     "llama-3-python-tag": ('<|python_tag|>{"name": "special_function", "parameters": {"arg1": 1}}', None,
                            [("special_function", {"arg1": 1})]),
-    "functionary-v2": ('>>>special_function\n{"arg1": 1}', None, [("special_function", {"arg1": 1})]),
+    "functionary-v3.2": ('>>>special_function\n{"arg1": 1}', None, [("special_function", {"arg1": 1})]),
+    "functionary-v3.2-text-and-calls": ('>>>all\nChecking.>>>special_function\n{"arg1": 1}\n>>>special_function_with_opt'
+                                        '\n{"arg1": 1, "arg2": 2}', "Checking.",
+                                        [("special_function", {"arg1": 1}),
+                                         ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "functionary-v3.2-text-only": (">>>all\nNo call needed.", "No call needed.", []),
     "chatml-function-calling": ('functions.special_function:\n{"arg1": 1}', None,
                                 [("special_function", {"arg1": 1})]),
-    "functionary-v3.2": ('<function=special_function>{"arg1": 1}</function>', None,
+    "functionary-v3.1": ('<function=special_function>{"arg1": 1}</function>', None,
                          [("special_function", {"arg1": 1})]),
     "firefunction-v2": (' functools[{"name": "special_function", "arguments": {"arg1": 1}}, '
                         '{"name": "special_function_with_opt", "arguments": {"arg1": 1, "arg2": 2}}]', None,
