@@ -255,3 +255,15 @@ def test_a_forced_call_cut_short_by_max_tokens_is_reported_not_raised(smol: Llam
     chunks = list(smol.create_chat_completion(MESSAGES, tools=TOOLS, tool_choice=named, temperature=0.0,
                                               max_tokens=3, stream=True))
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_streamed_tool_call_deltas_are_valid_openai_chunks(smol: Llama) -> None:
+    chunks = list(smol.create_chat_completion_openai_v1(messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                                                        temperature=0.0, stream=True))
+    calls = [c.choices[0].delta.tool_calls[0] for c in chunks if c.choices[0].delta.tool_calls]
+    assert calls[0].id and calls[0].type == "function" and calls[0].function.name in {t["function"]["name"]
+                                                                                      for t in TOOLS}
+    arguments = json.loads("".join(c.function.arguments or "" for c in calls))
+    jsonschema.validate(arguments, next(t for t in TOOLS if t["function"]["name"] == calls[0].function.name)
+                        ["function"]["parameters"])
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
