@@ -231,3 +231,14 @@ def test_seed_readme_lora_and_control_vector_examples(tiny_model_factory, tmp_pa
     )
     assert response["choices"][0]["message"]["content"] is not None
     llm.close()
+
+
+def test_an_adapter_outliving_its_model_is_not_freed_twice(tiny_model_path: Path, tiny_lora_path: Path) -> None:
+    """llama.cpp frees a model's adapters with the model; a handle finalized later must not free again."""
+    llm = _llm(tiny_model_path)
+    llm.load_lora("a", tiny_lora_path)
+    handle = llm._adapters._loaded["a"][1]
+    llm._ctx.close()
+    llm._model.close()  # as a garbage collector may order it: the model first
+    handle.close()  # must be a no-op now, not a double free
+    llm.close()

@@ -74,7 +74,13 @@ class Adapters:
         if adapter == ffi.NULL:
             raise ValueError(f"failed to load LoRA adapter {name!r} from {path!r}: not a LoRA GGUF for this model "
                              "(llama.cpp's log says why)")
-        self._loaded[name] = (path, NativeHandle(adapter, lib.llama_adapter_lora_free, "LoRA adapter"))
+        model = self._model
+
+        def free(ptr: Any) -> None:
+            if not model.closed:  # freeing a model frees its adapters: never free one twice
+                lib.llama_adapter_lora_free(ptr)
+
+        self._loaded[name] = (path, NativeHandle(adapter, free, "LoRA adapter"))
 
     def unload(self, name: str, ctx: Any) -> None:
         """Free one adapter (unknown names are ignored), first taking it off the context if it is set there."""
