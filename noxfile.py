@@ -12,16 +12,22 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = False
 
 
+# pip keeps wheels it built from a local folder whose name looks like "name-version"
+# (a clone in "llama-cpp-python/", say) and reinstalls them without rebuilding, even
+# after the code changed: the project's own packages are never taken from that cache.
+_FRESH = "--no-cache-dir"
+
+
 def _install(session: nox.Session, extras: str = "") -> None:
     """Install the umbrella distribution (native layer, core and every plugin)."""
-    session.install(f".{extras}")
+    session.install(_FRESH, f".{extras}")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Install everything (and the example third-party plugin), build llama.cpp's oracle tools, run pytest."""
     _install(session, "[test]")
-    session.install("./contrib/example-plugin")
+    session.install(_FRESH, "./contrib/example_plugin")
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs)
 
