@@ -29,6 +29,7 @@ class _ChunkWriter:
 
     def __init__(self) -> None:
         self.base: dict[str, Any] | None = None
+        self.started = False
         self.finish: str | None = None
         self.usage: dict[str, int] | None = None
 
@@ -43,9 +44,20 @@ class _ChunkWriter:
             self.usage = chunk.get("usage")
         return choice
 
+    def role_once(self) -> list[Chunk]:
+        """The assistant-role delta that opens a reply, the first time only."""
+        if self.started:
+            return []
+        self.started = True
+        return [self.delta({"role": "assistant"})]
+
     def delta(self, delta: dict[str, Any], logprobs: Any = None) -> Chunk:
         return {**(self.base or {}), "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
                                                    "finish_reason": None}]}
+
+    def call_end(self) -> Chunk:
+        """The end of a forced call: "tool_calls", unless max_tokens cut it ("length") or it was aborted."""
+        return self.end("tool_calls" if self.finish in (None, "stop") else self.finish)
 
     def end(self, finish: str) -> Chunk:
         out = {**(self.base or {}), "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]}
@@ -65,16 +77,14 @@ def _call_delta(name: str | None, arguments: str, call_id: str | None = None, in
 def stream_forced_call(chunks: Iterator[Chunk], name: str) -> Iterator[Chunk]:
     """The completion of a call's JSON arguments, streamed as the deltas of one tool call."""
     writer = _ChunkWriter()
-    opened = False
     for chunk in chunks:
         choice = writer.see(chunk)
-        if not opened:
-            yield writer.delta({"role": "assistant"})
+        for opening in writer.role_once():
+            yield opening
             yield writer.delta(_call_delta(name, "", f"call_{uuid.uuid4().hex[:24]}"))
-            opened = True
         if choice["text"]:
             yield writer.delta(_call_delta(None, choice["text"]), chat_logprobs(choice.get("logprobs")))
-    yield writer.end("tool_calls" if writer.finish == "stop" else writer.finish or "tool_calls")
+    yield writer.call_end()
 
 
 _WRAPPED_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
@@ -88,12 +98,9 @@ def stream_wrapped_call(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
     """
     writer = _ChunkWriter()
     text, sent, name = "", 0, None
-    yield_role = True
     for chunk in chunks:
         choice = writer.see(chunk)
-        if yield_role:
-            yield writer.delta({"role": "assistant"})
-            yield_role = False
+        yield from writer.role_once()
         text += choice["text"]
         if name is None:
             head = _WRAPPED_HEAD.match(text)
@@ -107,7 +114,7 @@ def stream_wrapped_call(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
             sent = body_end
     if name is None:  # cut off before the name was complete (max_tokens): nothing callable came out
         yield writer.delta({"content": text})
-    yield writer.end("tool_calls" if writer.finish == "stop" else writer.finish or "tool_calls")
+    yield writer.call_end()
 
 
 def _held_back(text: str) -> int:
@@ -149,12 +156,9 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
     writer = _ChunkWriter()
     text, sent, holding = "", 0, False
     body: int | None = 0 if not syntax.opening else None  # where the text answer starts, once known
-    first = True
     for chunk in chunks:
         choice = writer.see(chunk)
-        if first:
-            yield writer.delta({"role": "assistant"})
-            first = False
+        yield from writer.role_once()
         text += choice["text"]
         if holding:
             continue
