@@ -233,12 +233,31 @@ def test_seed_readme_lora_and_control_vector_examples(tiny_model_factory, tmp_pa
     llm.close()
 
 
-def test_an_adapter_outliving_its_model_is_not_freed_twice(tiny_model_path: Path, tiny_lora_path: Path) -> None:
+def test_an_adapter_outliving_its_model_is_not_freed_twice(tiny_model_path: Path, tiny_lora_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """llama.cpp frees a model's adapters with the model; a handle finalized later must not free again."""
+    import llama_cpp._adapters as adapters_module
+
+    freed: list[object] = []
+    real_lib = adapters_module.lib
+
+    class CountingLib:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real_lib, name)
+
+        def llama_adapter_lora_free(self, ptr: object) -> None:
+            freed.append(ptr)
+            real_lib.llama_adapter_lora_free(ptr)
+
+    monkeypatch.setattr(adapters_module, "lib", CountingLib())
     llm = _llm(tiny_model_path)
     llm.load_lora("a", tiny_lora_path)
+    llm.load_lora("b", tiny_lora_path)
+    llm.unload_lora("b")
+    assert len(freed) == 1  # an adapter unloaded while its model lives is freed by us
     handle = llm._adapters._loaded["a"][1]
     llm._ctx.close()
-    llm._model.close()  # as a garbage collector may order it: the model first
-    handle.close()  # must be a no-op now, not a double free
+    llm._model.close()  # as a garbage collector may order it: the model first, which frees "a"
+    handle.close()
     llm.close()
+    assert len(freed) == 1  # "a" was not freed a second time

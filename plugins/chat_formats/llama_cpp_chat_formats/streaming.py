@@ -108,7 +108,9 @@ def stream_wrapped_call(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
                 continue
             name, sent = json.loads(head.group(1)), head.end()
             yield writer.delta(_call_delta(name, "", f"call_{uuid.uuid4().hex[:24]}"))
-        body_end = len(text.rstrip().removesuffix("}").rstrip()) if writer.finish else _held_back(text)
+        # only the unsent tail is examined: each chunk costs its own length, not the whole reply's
+        tail = text[sent:]
+        body_end = sent + (len(tail.rstrip().removesuffix("}").rstrip()) if writer.finish else _held_back(tail))
         if body_end > sent:
             yield writer.delta(_call_delta(None, text[sent:body_end]))
             sent = body_end
@@ -156,6 +158,7 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
     writer = _ChunkWriter()
     text, sent, holding = "", 0, False
     body: int | None = 0 if not syntax.opening else None  # where the text answer starts, once known
+    json_undecided = syntax.bare_json
     for chunk in chunks:
         choice = writer.see(chunk)
         yield from writer.role_once()
@@ -168,10 +171,13 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
             elif not syntax.opening.startswith(text):
                 holding = True  # not a text answer: a call from the first token
             continue
-        rest = text[body:].lstrip()
-        if syntax.bare_json and (not rest or rest.startswith("{")):
-            holding = rest.startswith("{")
-            continue
+        if json_undecided:  # does the reply open with a bare JSON object (a Llama 3.x call)?
+            rest = text[body:].lstrip()
+            if not rest:
+                continue
+            json_undecided, holding = False, rest.startswith("{")
+            if holding:
+                continue
         cut, holding = _text_end(text, sent, syntax.markers)
         if cut > sent:
             yield writer.delta({"content": text[sent:cut]}, chat_logprobs(choice.get("logprobs")))
