@@ -6,6 +6,8 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
 (b) the same with temperature 0.8, top_k 40, top_p 0.95, min_p 0.05
 (c) SmolLM2 generation vs llama-bench tg128, prompt processing vs pp512
 (d) tiny model, penalties + DRY + typical + XTC + top-n-sigma + dynamic temperature on top of (b)
+(e) SmolLM2, 8 concurrent streamed greedy requests (64-token prompts, 128 tokens each) on one Llama
+    with n_seq_max=8, aggregate generation rate vs llama-batched-bench -npl 8 -npp 64 -ntg 128
 
 Run with ``nox -s bench``.
 """
@@ -17,6 +19,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -112,6 +115,51 @@ def ours_pp_tg(llm: Llama) -> dict[str, float]:
     return {"pp512": pp, "tg128": tg}
 
 
+PARALLEL, PARALLEL_PROMPT, PARALLEL_GEN = 8, 64, 128
+
+
+def batched_bench_tg(model: Path) -> float:
+    """llama-batched-bench's generation rate (S_TG) with 8 sequences, each 64 prompt and 128 new tokens."""
+    proc = subprocess.run(
+        [_tool("llama-batched-bench"), "-m", str(model), "-c", "2048", "-b", "2048", "-ub", "512",
+         "-t", str(THREADS), "-tb", str(THREADS), "-npp", str(PARALLEL_PROMPT), "-ntg", str(PARALLEL_GEN),
+         "-npl", str(PARALLEL), "--output-format", "jsonl"],
+        capture_output=True, text=True, timeout=900,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            return float(json.loads(line)["speed_tg"])
+    sys.exit(f"could not read llama-batched-bench's output:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+
+
+def ours_parallel_tg(llm: Llama) -> float:
+    """8 threads stream 128 greedy tokens each; the aggregate rate from the moment every stream has its
+    first token (the prompts are done) to the last token."""
+    prompts = [[(i * 7919 + j * 104729) % (llm.n_vocab() - 10) + 5 for i in range(PARALLEL_PROMPT)]
+               for j in range(PARALLEL)]
+    llm.reset()
+    firsts: list[float] = []
+    ends: list[float] = []
+    barrier = threading.Barrier(PARALLEL)
+
+    def run(prompt: list[int]) -> None:
+        barrier.wait()
+        stream = llm.create_completion(prompt, max_tokens=PARALLEL_GEN, temperature=0.0, ignore_eos=True,
+                                       stream=True)
+        next(stream)
+        firsts.append(time.perf_counter())
+        for _ in stream:
+            pass
+        ends.append(time.perf_counter())
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return PARALLEL * (PARALLEL_GEN - 1) / (max(ends) - max(firsts))
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -156,6 +204,14 @@ def main() -> None:
             for key, value in llama_bench(smol).items():
                 smol_native[key].append(value)
 
+    parallel_ours: list[float] = []
+    parallel_native: list[float] = []
+    with Llama(str(smol), n_ctx=2048, n_seq_max=PARALLEL, n_threads=THREADS, n_threads_batch=THREADS,
+               verbose=False) as llm:
+        for _ in range(ROUNDS):
+            parallel_ours.append(ours_parallel_tg(llm))
+            parallel_native.append(batched_bench_tg(smol))
+
     print(f"{ROUNDS} interleaved rounds, {THREADS} threads; rates are medians, ratios the median of per-round ratios")
     print(f"{'case':52} {'ours t/s':>9} {'native':>9} {'ratio':>6} {'bar':>5}")
     names = {"a": "(a) tiny, streamed greedy, 1024 tokens", "b": "(b) tiny, streamed sampled, 1024 tokens",
@@ -174,6 +230,9 @@ def main() -> None:
         ratio = _paired_ratio(smol_ours[key], smol_native[key])
         print(f"{label:52} {_median(smol_ours[key]):9.1f} {_median(smol_native[key]):9.1f} {ratio:6.3f} "
               f"{0.97:5.2f} {'ok' if ratio >= 0.97 else 'LOW'}")
+    ratio = _paired_ratio(parallel_ours, parallel_native)
+    print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
+          f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-"""``python -m llama_cpp``: complete text, inspect a model, list plugins.
+"""``python -m llama_cpp``: complete text, chat, inspect a model and the build, list plugins.
 
-Without ``--model`` the default model (SmolLM2-135M-Instruct, fetched from the
-package index and verified on first use) is used.
+The flags are those of llama.cpp's own tools (``-m``, ``-c``, ``-t``,
+``-ngl``, ``-n``, ``--temp``...).  The model is ``-m FILE``, a file of a
+Hugging Face repository (``--hf-repo``/``--hf-file``), the ``model_path`` of
+a ``--config`` TOML file, or else the default model (SmolLM2-135M-Instruct,
+fetched from the package index and verified on first use).
 """
 
 from __future__ import annotations
@@ -9,10 +12,38 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:
     from . import Llama
+
+_DEFAULT_N_CTX = 2048
+
+
+def _open_model(args: argparse.Namespace, **fixed: Any) -> Llama:
+    """The Llama that the model and settings flags describe (flags override a ``--config`` file's values)."""
+    from . import Llama
+
+    settings: dict[str, Any] = dict(fixed)
+    for flag, keyword in (("n_ctx", "n_ctx"), ("threads", "n_threads"), ("n_gpu_layers", "n_gpu_layers"),
+                          ("chat_format", "chat_format")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            settings[keyword] = value
+    settings["verbose"] = args.verbose  # the command line is quiet unless -v, whatever a config file says
+    if args.hf_repo or args.hf_file:
+        if not (args.hf_repo and args.hf_file):
+            raise SystemExit("--hf-repo and --hf-file go together: the repository and the file (a glob) in it")
+        if args.model or args.config:
+            raise SystemExit("--hf-repo/--hf-file name the model; leave out -m and --config")
+        settings.setdefault("n_ctx", _DEFAULT_N_CTX)
+        return Llama.from_pretrained(args.hf_repo, args.hf_file, **settings)
+    if args.config:
+        if args.model:
+            settings["model_path"] = args.model
+        return Llama.from_config(args.config, **settings)
+    settings.setdefault("n_ctx", _DEFAULT_N_CTX)
+    return Llama(_model_path(args.model), **settings)
 
 
 def _model_path(arg: str | None) -> str:
@@ -21,6 +52,23 @@ def _model_path(arg: str | None) -> str:
     from .default_model import smollm2_path
 
     return str(smollm2_path())
+
+
+def _sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling flags that were given (the others keep the method's defaults)."""
+    names = {"temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed"}
+    return {keyword: getattr(args, flag) for flag, keyword in names.items() if getattr(args, flag) is not None}
+
+
+def _write(pieces: Iterable[str]) -> str:
+    """Print text as it streams; return all of it."""
+    parts = []
+    for text in pieces:
+        parts.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    print()
+    return "".join(parts)
 
 
 def _cmd_plugins(_: argparse.Namespace) -> int:
@@ -46,118 +94,123 @@ def _cmd_plugins(_: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import Llama
+    import llama_cpp_native as native
 
-    with Llama(_model_path(args.model), vocab_only=True, verbose=False) as llm:
-        info = {
-            "model": llm.model_path,
-            "n_vocab": llm.n_vocab(),
-            "metadata": {k: (v if len(v) < 200 else v[:200] + "...") for k, v in llm.metadata.items()},
-        }
+    info: dict[str, Any] = {
+        "build": {"llama.cpp": native.build_description(), "cmake_args": list(native.BUILD_INFO["cmake_args"]),
+                  "system_info": native.system_info().strip()},
+    }
+    with _open_model(args, vocab_only=True) as llm:
+        info["model"] = llm.model_path
+        info["n_vocab"] = llm.n_vocab()
+        info["metadata"] = {k: (v if len(v) < 200 else v[:200] + "...") for k, v in llm.metadata.items()}
     json.dump(info, sys.stdout, indent=2, ensure_ascii=False)
     print()
     return 0
 
 
 def _cmd_complete(args: argparse.Namespace) -> int:
-    from . import Llama
-
-    with Llama(_model_path(args.model), n_ctx=args.n_ctx, verbose=False) as llm:
-        for chunk in llm.create_completion(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-                                           seed=args.seed, stream=True):
-            sys.stdout.write(chunk["choices"][0]["text"])
-            sys.stdout.flush()
-    print()
+    with _open_model(args) as llm:
+        chunks = llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True, **_sampling(args))
+        _write(chunk["choices"][0]["text"] for chunk in chunks)
     return 0
 
 
-def _render_chat(llm: "Llama", messages: list[dict[str, str]]) -> str:
-    """The prompt for ``messages`` from the model's own template, rendered by llama.cpp.
-
-    llama.cpp recognises the common templates (ChatML, Llama 3, Gemma...) from
-    the GGUF's ``tokenizer.chat_template``; the chat-formats plugin renders
-    any Jinja template, this command line only needs the built-in ones.
-    """
-    from llama_cpp_native import ffi, lib
-
-    template = lib.llama_model_chat_template(llm._live_model(), ffi.NULL)
-    if template == ffi.NULL:
-        template = b"chatml"
-    keep = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", m["content"].encode())) for m in messages]
-    chat = ffi.new("struct llama_chat_message[]", len(keep))
-    for item, (role, content) in zip(chat, keep):
-        item.role, item.content = role, content
-    size = 4096
-    while True:
-        buf = ffi.new("char[]", size)
-        n = lib.llama_chat_apply_template(template, chat, len(keep), True, buf, size)
-        if n < 0:
-            raise ValueError("llama.cpp does not know this model's chat template; use the chat-formats plugin")
-        if n <= size:
-            return ffi.buffer(buf, n)[:].decode("utf-8", "replace")
-        size = n
-
-
-def _answer(llm: "Llama", messages: list[dict[str, str]], args: argparse.Namespace) -> str:
-    parts = []
-    for chunk in llm.create_completion(_render_chat(llm, messages), max_tokens=args.max_tokens,
-                                       temperature=args.temperature, seed=args.seed, stream=True):
-        text = chunk["choices"][0]["text"]
-        parts.append(text)
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    print()
-    return "".join(parts)
+def _answer(llm: Llama, messages: list[dict[str, str]], args: argparse.Namespace) -> str:
+    """Stream the assistant's reply through the model's chat handler (its own template, or --chat-format)."""
+    chunks = llm.create_chat_completion(messages, max_tokens=args.n_predict, stream=True, **_sampling(args))
+    return _write(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:
-    from . import Llama
-
-    with Llama(_model_path(args.model), n_ctx=args.n_ctx, verbose=False) as llm:
-        messages = [{"role": "system", "content": args.system}] if args.system else []
+    with _open_model(args) as llm:
+        start = [{"role": "system", "content": args.system}] if args.system else []
+        messages = list(start)
         if args.prompt:
             messages.append({"role": "user", "content": args.prompt})
             _answer(llm, messages, args)
             return 0
-        print("Chatting with the model; an empty line or Ctrl-D ends the conversation.", file=sys.stderr)
+        print("Chatting with the model: /reset forgets the conversation, /exit (or Ctrl-D) ends it.",
+              file=sys.stderr)
         while True:
             try:
                 line = input("> ")
             except EOFError:
                 break
-            if not line.strip():
+            command = line.strip()
+            if not command:
+                continue
+            if command == "/exit":
                 break
+            if command == "/reset":
+                messages = list(start)
+                print("(conversation forgotten)", file=sys.stderr)
+                continue
             messages.append({"role": "user", "content": line})
             messages.append({"role": "assistant", "content": _answer(llm, messages, args)})
     return 0
 
 
+def _model_flags() -> argparse.ArgumentParser:
+    """Flags that choose and configure the model, as llama.cpp's tools spell them."""
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("-m", "--model", help="a GGUF file (default: SmolLM2-135M-Instruct)")
+    flags.add_argument("--hf-repo", help="a Hugging Face repository to take the model from (with --hf-file)")
+    flags.add_argument("--hf-file", help="the file (a glob) in --hf-repo")
+    flags.add_argument("--config", help="a TOML file of Llama keywords (Llama.from_config); flags override it")
+    flags.add_argument("-c", "--ctx-size", "--n-ctx", dest="n_ctx", type=int,
+                       help=f"context size (default {_DEFAULT_N_CTX}, or the config file's)")
+    flags.add_argument("-t", "--threads", type=int, help="threads for generation")
+    flags.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers",
+                       help="layers to offload to the GPU: a number, 'auto' or 'all'")
+    flags.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    return flags
+
+
+def _sampling_flags(temperature: float, n_predict: int) -> argparse.ArgumentParser:
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("-n", "--n-predict", "--max-tokens", dest="n_predict", type=int, default=n_predict,
+                       help=f"tokens to generate at most (default {n_predict}; -1: up to the end of the context)")
+    flags.add_argument("--temp", "--temperature", dest="temp", type=float, default=temperature,
+                       help=f"temperature (default {temperature}; 0 is greedy)")
+    flags.add_argument("--top-k", type=int)
+    flags.add_argument("--top-p", type=float)
+    flags.add_argument("--min-p", type=float)
+    flags.add_argument("--seed", type=int, help="sampling seed (default: the model's)")
+    return flags
+
+
+def _gpu_layers(value: str | None) -> int | str | None:
+    if value is None or value in ("auto", "all"):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit(f"-ngl takes a number of layers, 'auto' or 'all', not {value!r}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llama_cpp", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m llama_cpp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("complete", help="complete a prompt, streaming the text")
+    model = _model_flags()
+    p = sub.add_parser("complete", parents=[model, _sampling_flags(0.8, 128)],
+                       help="complete a prompt, streaming the text")
     p.add_argument("prompt")
-    p.add_argument("--model", "-m")
-    p.add_argument("--max-tokens", "-n", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--n-ctx", type=int, default=2048)
     p.set_defaults(run=_cmd_complete)
-    p = sub.add_parser("chat", help="chat with the model (interactive when no prompt is given)")
+    p = sub.add_parser("chat", parents=[model, _sampling_flags(0.2, 256)],
+                       help="chat with the model (interactive when no prompt is given)")
     p.add_argument("prompt", nargs="?")
-    p.add_argument("--model", "-m")
-    p.add_argument("--system", default=None, help="a system message")
-    p.add_argument("--max-tokens", "-n", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.2)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--system", help="a system message")
+    p.add_argument("--chat-format", help="a chat format by name (default: the model's own template)")
     p.set_defaults(run=_cmd_chat)
-    p = sub.add_parser("info", help="a model's vocabulary size and GGUF metadata")
-    p.add_argument("--model", "-m")
+    p = sub.add_parser("info", parents=[model], help="the llama.cpp build, and a model's vocabulary and metadata")
     p.set_defaults(run=_cmd_info)
     p = sub.add_parser("plugins", help="installed plugins, their distributions and what they register")
     p.set_defaults(run=_cmd_plugins)
     args = parser.parse_args(argv)
+    if hasattr(args, "n_gpu_layers"):
+        args.n_gpu_layers = _gpu_layers(args.n_gpu_layers)
     return int(args.run(args))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from ._handles import NativeHandle
+from ._logger import capture_messages
 
 
 @attrs.frozen
@@ -50,8 +51,9 @@ NO_ADAPTERS = AdapterKey()
 class Adapters:
     """The LoRA registry of one ``Llama`` and the adapters currently set on its context."""
 
-    def __init__(self, model: NativeHandle, n_embd: int, n_layer: int) -> None:
+    def __init__(self, model: NativeHandle, n_embd: int, n_layer: int, quiet: bool = False) -> None:
         self._model = model
+        self._quiet = quiet  # llama.cpp's reasons go into the exceptions; with quiet they are not printed too
         self._n_embd = n_embd
         self._n_layer = n_layer
         self._loaded: dict[str, tuple[str, NativeHandle]] = {}
@@ -70,10 +72,11 @@ class Adapters:
                              f"unload_lora({name!r}) first to load {path!r} under that name")
         if not Path(path).is_file():
             raise ValueError(f"LoRA adapter file not found: {path!r}")
-        adapter = lib.llama_adapter_lora_init(self._model.ptr, path.encode("utf-8"))
+        with capture_messages(quiet=self._quiet) as log:
+            adapter = lib.llama_adapter_lora_init(self._model.ptr, path.encode("utf-8"))
         if adapter == ffi.NULL:
-            raise ValueError(f"failed to load LoRA adapter {name!r} from {path!r}: not a LoRA GGUF for this model "
-                             "(llama.cpp's log says why)")
+            raise ValueError(f"failed to load LoRA adapter {name!r} from {path!r}: "
+                             f"{log.reason('not a LoRA GGUF for this model')}")
         model = self._model
 
         def free(ptr: Any) -> None:
@@ -179,10 +182,11 @@ class Adapters:
                 rc = lib.llama_set_adapter_cvec(ctx, ffi.NULL, 0, self._n_embd, -1, -1)
             else:
                 buf = ffi.from_buffer("float[]", cvec.data)
-                rc = lib.llama_set_adapter_cvec(ctx, buf, cvec.data.size, self._n_embd, cvec.layer_start,
-                                                cvec.layer_end)
+                with capture_messages(quiet=self._quiet) as log:
+                    rc = lib.llama_set_adapter_cvec(ctx, buf, cvec.data.size, self._n_embd, cvec.layer_start,
+                                                    cvec.layer_end)
             if rc != 0:
-                raise RuntimeError("llama.cpp refused the control vector (see its log)")
+                raise ValueError(f"llama.cpp refused the control vector: {log.reason('no reason was logged')}")
             self.applied = attrs.evolve(self.applied, control_vector=key.control_vector)
         return key
 
@@ -190,6 +194,9 @@ class Adapters:
         handles = [self._loaded[name][1].ptr for name, _scale in loras]
         adapters = ffi.new("struct llama_adapter_lora *[]", handles) if handles else ffi.NULL
         scales = ffi.new("float[]", [scale for _name, scale in loras]) if handles else ffi.NULL
-        if lib.llama_set_adapters_lora(ctx, adapters, len(handles), scales) != 0:
-            raise RuntimeError(f"llama.cpp refused the LoRA adapters {[name for name, _ in loras]}")
+        with capture_messages(quiet=self._quiet) as log:
+            rc = lib.llama_set_adapters_lora(ctx, adapters, len(handles), scales)
+        if rc != 0:
+            raise ValueError(f"llama.cpp refused the LoRA adapters {[name for name, _ in loras]}: "
+                             f"{log.reason('no reason was logged')}")
         self.applied = attrs.evolve(self.applied, loras=self.key(loras, None).loras)

@@ -9,20 +9,42 @@ named templates; the format registered as ``chat_template`` renders them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from .llama_chat_format import LlamaChatCompletionHandlerNotFoundException, get_chat_completion_handler
+import attrs
+
+from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, chat_template_names,
+                                get_chat_completion_handler)
+from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
     from .llama import Llama
+    from .llama_grammar import LlamaGrammar
 
 GGUF_TEMPLATE_FORMAT = "chat_template"
+
+# the sampling keywords the seed's create_chat_completion always hands its handler
+_ALWAYS_PASSED = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
+                  "repeat_penalty")
+_RECORD_DEFAULTS = {f.name: f.default for f in attrs.fields(SamplingParams)}
+
+
+def named_template_format(metadata: Mapping[str, str], name: str, chat_format: str | None) -> str:
+    """The chat format that renders the GGUF's template ``name`` (``Llama(chat_template_name=...)``)."""
+    if chat_format is not None:
+        raise ValueError(f"chat_template_name={name!r} and chat_format={chat_format!r} both choose the chat "
+                         "format; pass one of them")
+    names = chat_template_names(metadata)
+    if not isinstance(name, str) or name not in names:
+        raise ValueError(f"chat_template_name={name!r}: the model has no chat template of that name; "
+                         f"it has: {', '.join(names) or 'none'}")
+    return f"{GGUF_TEMPLATE_FORMAT}.{name}"
 
 
 class ChatAPI:
     """The chat methods of :class:`llama_cpp.Llama`."""
 
-    def _resolve_chat_handler(self: "Llama") -> tuple[Any, dict[str, Any]]:
+    def _resolve_chat_handler(self: Llama) -> tuple[Any, dict[str, Any]]:
         if self.chat_handler is not None:
             return self.chat_handler, {}
         name = self.chat_format
@@ -33,7 +55,7 @@ class ChatAPI:
         return get_chat_completion_handler(name), {}
 
     def create_chat_completion(
-        self: "Llama",
+        self: Llama,
         messages: list[dict[str, Any]],
         functions: list[dict[str, Any]] | None = None,
         function_call: str | dict[str, Any] | None = None,
@@ -49,7 +71,7 @@ class ChatAPI:
         seed: int | None = None,
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
-        presence_penalty: float = 0.0,
+        presence_penalty: float | None = None,
         frequency_penalty: float = 0.0,
         repeat_penalty: float = 1.0,
         model: str | None = None,
@@ -59,32 +81,74 @@ class ChatAPI:
         assistant_prefill: bool = False,
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
-        **kwargs: Any,
+        *,
+        present_penalty: float = 0.0,
+        temp: float | None = None,
+        penalty_last_n: int = 64,
+        min_keep: int = 0,
+        top_n_sigma: float = -1.0,
+        dynatemp_range: float = 0.0,
+        dynatemp_exponent: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        xtc_probability: float = 0.0,
+        xtc_threshold: float = 0.1,
+        adaptive_target: float = -1.0,
+        adaptive_decay: float = 0.9,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_seq_breakers: Sequence[str] = ("\n", ":", '"', "*"),
+        ignore_eos: bool = False,
+        grammar: LlamaGrammar | None = None,
+        grammar_lazy: bool = False,
+        grammar_triggers: Sequence[str | int] = (),
+        use_infill: bool = False,
+        reasoning_budget: int = -1,
+        reasoning_start: str = "<think>",
+        reasoning_end: str = "</think>",
+        reasoning_budget_message: str | None = None,
+        reasoning_start_in_prompt: bool = False,
+        reasoning_start_max_tokens: int | None = 32,
+        samplers: Sequence[str] | None = None,
+        extra_samplers: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+        logits_processor: Callable[..., Any] | None = None,
+        stopping_criteria: Callable[..., bool] | None = None,
+        active_loras: list[dict[str, Any]] | None = None,
+        control_vector: dict[str, Any] | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """A chat completion in the OpenAI shape (chat.completion, or chunks with ``stream``).
 
         Every keyword reaches the handler, including the sampler parameters,
         ``active_loras``/``control_vector`` and ``chat_template_kwargs`` (extra
         template variables such as ``enable_thinking``, merged over the ones
-        given to the constructor).
+        given to the constructor).  Sampling keywords at their defaults are
+        left out, except the few every handler of the seed takes, so that a
+        custom handler with a narrow signature keeps working.
         """
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
-        if "present_penalty" in kwargs:  # the reference's spelling
-            presence_penalty = kwargs.pop("present_penalty")
-        handler, extra = self._resolve_chat_handler()
+        sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
+        handler, extra_request = self._resolve_chat_handler()
         template_kwargs = {**self.chat_template_kwargs, **(chat_template_kwargs or {})}
-        return handler(
-            llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
-            tool_choice=tool_choice, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-            typical_p=typical_p, stream=stream, stop=stop, seed=seed, response_format=response_format,
-            max_tokens=max_tokens, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            repeat_penalty=repeat_penalty, model=model, logit_bias=logit_bias, logprobs=logprobs,
-            top_logprobs=top_logprobs, assistant_prefill=assistant_prefill,
-            add_generation_prompt=add_generation_prompt, chat_template_kwargs=template_kwargs, **extra, **kwargs,
+        request = dict(
+            functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice, stream=stream,
+            stop=stop, seed=seed, response_format=response_format, max_tokens=max_tokens, model=model,
+            logit_bias=logit_bias, logprobs=logprobs, top_logprobs=top_logprobs, assistant_prefill=assistant_prefill,
+            add_generation_prompt=add_generation_prompt, chat_template_kwargs=template_kwargs, **extra_request,
         )
+        for name in _ALWAYS_PASSED:
+            request[name] = sampling.pop(name, _RECORD_DEFAULTS[name])
+        request.update((k, v) for k, v in sampling.items() if k not in request and v != _RECORD_DEFAULTS[k])
+        request.update((k, v) for k, v in (("logits_processor", logits_processor), ("stopping_criteria",
+                       stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector))
+                       if v is not None)
+        return handler(llama=self, messages=messages, **request)
 
-    def create_chat_completion_openai_v1(self: "Llama", *args: Any, **kwargs: Any) -> Any:
+    def create_chat_completion_openai_v1(self: Llama, *args: Any, **kwargs: Any) -> Any:
         """``create_chat_completion`` returning the openai package's typed objects."""
         try:
             from openai.types.chat import ChatCompletion, ChatCompletionChunk

@@ -1,45 +1,111 @@
 """``create_completion`` / ``__call__``: prompts in, OpenAI text_completion objects out.
 
 Kept apart from the Llama facade because it is about shaping requests and
-responses (infill prompts, stop strings, logprobs, chunks), not about the
-model: everything here goes through ``Llama.tokenize`` and ``Llama._generate``.
+responses (infill prompts, stop strings, logprobs, several prompts and
+choices, chunks), not about the model: it builds engine requests through
+``Llama._request`` and reads their token events.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
+import attrs
 import numpy as np
 from llama_cpp_native import lib
 
 from ._text import StopScanner
-from .sampling import SamplingParams
+from .engine import Request, TokenEvent
+from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
+from .engine.scheduler import token_logprob
+from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
 
 if TYPE_CHECKING:
     from .llama import Llama
+    from .llama_grammar import LlamaGrammar
 
-SAMPLING_FIELDS = frozenset(f.name for f in SamplingParams.__attrs_attrs__)  # type: ignore[attr-defined]
+
+@attrs.define
+class _Prompt:
+    """One prompt of a completion request, normalised."""
+
+    tokens: list[int]
+    text: str
+    trailing_suffix: str  # a suffix for a model without fill-in-the-middle tokens is appended to the text
 
 
-def _logprob_entry(logits: np.ndarray, token: int, top_n: int, piece_of: Callable[[int], str]) -> tuple[float, dict]:
-    """log softmax of ``token`` and the ``top_n`` best tokens, computed from the logits in place."""
-    peak = float(logits.max())
-    log_norm = peak + float(np.log(np.exp(logits - peak).sum()))
-    top: dict[str, float] = {}
-    if top_n > 0:
-        best = np.argpartition(logits, -top_n)[-top_n:]
-        for t in best[np.argsort(-logits[best])]:
-            top[piece_of(int(t))] = float(logits[t]) - log_norm
-    return float(logits[token]) - log_norm, top
+class _Choice:
+    """One choice of a completion: its request, and the text, stop strings and logprobs handed out so far."""
+
+    def __init__(self, llama: Llama, index: int, prompt: _Prompt, request: Request, stops: list[str],
+                 echo: bool, logprobs: int | None) -> None:
+        self.llama = llama
+        self.index = index
+        self.prompt = prompt
+        self.request = request
+        self.scanner = StopScanner(stops)
+        self.echo_pending = echo
+        self.logprobs = logprobs
+        self.offset = 0  # characters handed out so far (logprobs' text_offset)
+        self.pending_lp: list[tuple[str, float | None, dict | None]] = []
+        self.finish: str | None = None
+
+    def piece_text(self, token: int) -> str:
+        return self.llama._piece(token).decode("utf-8", "replace")
+
+    def take_logprobs(self) -> dict[str, list] | None:
+        """The logprobs of the tokens whose text is handed out now."""
+        if not self.pending_lp:
+            return None
+        block: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        for text, value, top in self.pending_lp:
+            block["tokens"].append(text)
+            block["text_offset"].append(self.offset)
+            block["token_logprobs"].append(value)
+            block["top_logprobs"].append(top)
+            self.offset += len(text)
+        self.pending_lp = []
+        return block
+
+    def echo_block(self) -> tuple[str, dict[str, list] | None]:
+        """The echoed prompt and, with logprobs, its tokens' logprobs (None without logits_all)."""
+        self.echo_pending = False
+        text = self.prompt.text
+        self.offset = len(text)
+        if self.logprobs is None:
+            return text, None
+        tokens = self.prompt.tokens
+        texts = [self.piece_text(t) for t in tokens]
+        values: list[float | None] = [None]
+        tops: list[dict | None] = [None]
+        rows = self.request.prompt_logits
+        for i in range(1, len(tokens)):
+            if rows is None:
+                values.append(None)
+                tops.append(None)
+                continue
+            value, top = token_logprob(rows[i - 1], tokens[i], self.logprobs)
+            values.append(value)
+            tops.append({self.piece_text(t): v for t, v in top})
+        offsets = [int(o) for o in np.cumsum([0] + [len(t) for t in texts[:-1]])]
+        return text, {"tokens": texts, "text_offset": offsets, "token_logprobs": values, "top_logprobs": tops}
+
+    def feed(self, event: TokenEvent) -> tuple[str, bool]:
+        """The text this token releases, and whether a stop string was hit."""
+        piece = self.llama._piece(event.token)
+        if self.logprobs is not None:
+            top = {self.piece_text(t): v for t, v in event.top}
+            self.pending_lp.append((piece.decode("utf-8", "replace"), event.logprob, top))
+        out, hit = self.scanner.feed(piece)
+        return out.decode("utf-8", "replace"), hit
 
 
 class CompletionAPI:
     """The text-completion methods of :class:`llama_cpp.Llama`."""
 
-    def _infill_tokens(self: "Llama", prompt: str, suffix: str) -> list[int] | None:
+    def _infill_tokens(self: Llama, prompt: str, suffix: str) -> list[int] | None:
         """Fill-in-the-middle prompt (PSM, or SPM with ``spm_infill``); None if the model has no FIM tokens."""
         vocab = self._vocab
         pre, suf, mid = lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)
@@ -53,8 +119,8 @@ class CompletionAPI:
         return [*head, *body, mid]
 
     def create_completion(
-        self: "Llama",
-        prompt: str | list[int],
+        self: Llama,
+        prompt: str | list[int] | list[str] | list[list[int]],
         suffix: str | None = None,
         max_tokens: int | None = 16,
         temperature: float = 0.8,
@@ -65,7 +131,7 @@ class CompletionAPI:
         echo: bool = False,
         stop: str | list[str] | None = None,
         frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
+        presence_penalty: float | None = None,
         repeat_penalty: float = 1.0,
         top_k: int = 40,
         stream: bool = False,
@@ -73,12 +139,44 @@ class CompletionAPI:
         model: str | None = None,
         logit_bias: dict[int, float] | None = None,
         ignore_eos: bool = False,
-        penalty_last_n: int | None = None,
+        penalty_last_n: int = 64,
         logits_processor: Callable[..., Any] | None = None,
         stopping_criteria: Callable[..., bool] | None = None,
         active_loras: list[dict[str, Any]] | None = None,
         control_vector: dict[str, Any] | None = None,
-        **sampling: Any,
+        *,
+        n: int = 1,
+        present_penalty: float = 0.0,
+        temp: float | None = None,
+        min_keep: int = 0,
+        top_n_sigma: float = -1.0,
+        dynatemp_range: float = 0.0,
+        dynatemp_exponent: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        xtc_probability: float = 0.0,
+        xtc_threshold: float = 0.1,
+        adaptive_target: float = -1.0,
+        adaptive_decay: float = 0.9,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_seq_breakers: Sequence[str] = ("\n", ":", '"', "*"),
+        grammar: LlamaGrammar | None = None,
+        grammar_lazy: bool = False,
+        grammar_triggers: Sequence[str | int] = (),
+        use_infill: bool = False,
+        reasoning_budget: int = -1,
+        reasoning_start: str = "<think>",
+        reasoning_end: str = "</think>",
+        reasoning_budget_message: str | None = None,
+        reasoning_start_in_prompt: bool = False,
+        reasoning_start_max_tokens: int | None = 32,
+        samplers: Sequence[str] | None = None,
+        extra_samplers: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """Complete ``prompt`` in the OpenAI text_completion shape (a chunk iterator with ``stream``).
 
@@ -88,197 +186,226 @@ class CompletionAPI:
         meaning of the field).  ``active_loras`` (``[{"name": ..., "scale": ...}]``
         of adapters loaded with ``load_lora``) and ``control_vector`` apply to
         this request only; omitted, the constructor's ``lora_path`` applies.
+
+        As in OpenAI's API, ``prompt`` may be a list of prompts and ``n``
+        asks for several choices of each; choice ``i * n + j`` is choice
+        ``j`` of prompt ``i``.  The choices of one prompt share its evaluated
+        prompt; choice ``j`` samples with ``seed + j``.  Several sequences run
+        at once up to the ``n_seq_max`` of the Llama; the others wait.
         """
-        if "temp" in sampling:
-            sampling["temperature"] = sampling.pop("temp")
-        else:
-            sampling["temperature"] = temperature
-        unknown = set(sampling) - SAMPLING_FIELDS
-        if unknown:
-            raise TypeError(f"create_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
             raise ValueError(f"logprobs must be a non-negative integer (the number of top tokens), got {logprobs!r}")
-        params = self._sampling(dict(
-            top_p=top_p, min_p=min_p, typical_p=typical_p, top_k=top_k,
-            frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, repeat_penalty=repeat_penalty,
-            seed=seed, logit_bias=logit_bias, ignore_eos=ignore_eos, penalty_last_n=penalty_last_n, **sampling,
-        ))
-        ctx_ptr = self._live_ctx()
+        params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))
         adapters = self._adapter_request(active_loras, control_vector)
-        trailing_suffix = ""
-        if isinstance(prompt, str):
-            prompt_text = prompt
-            infill = self._infill_tokens(prompt, suffix) if suffix is not None else None
-            if infill is not None:
-                prompt_tokens = infill
-            else:
-                trailing_suffix = suffix or ""
-                add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
-                prompt_tokens = self.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
-        else:
-            if suffix is not None:
-                raise ValueError("suffix needs a text prompt, not token ids")
-            prompt_tokens = self._token_list(prompt)
-            prompt_text = self.detokenize(prompt_tokens).decode("utf-8", "replace")
-        if not prompt_tokens:  # an empty prompt starts from BOS, the only context it can have
-            if self.token_bos() < 0:
-                raise ValueError("the prompt is empty and this model has no BOS token to start from")
-            prompt_tokens = [self.token_bos()]
-        n_ctx = lib.llama_n_ctx(ctx_ptr)
-        if len(prompt_tokens) >= n_ctx:
-            raise ValueError(f"the prompt has {len(prompt_tokens)} tokens, more than fit in the context window "
-                             f"of {n_ctx} tokens (n_ctx)")
-        room = n_ctx - len(prompt_tokens)
-        if max_tokens is None or max_tokens <= 0 or max_tokens > room:
-            max_tokens = room
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        chunks = self._completion_chunks(
-            prompt_tokens, prompt_text, params, max_tokens, stops, echo, logprobs, trailing_suffix,
-            model or self.model_path, logits_processor, stopping_criteria, adapters,
-        )
+        prompts, _many = prompt_list(prompt)
+        n = choice_count(n)
+        normalised = [self._prompt(p, suffix) for p in prompts]
+        limit = self._live_scheduler().ctx.n_ctx_seq
+        stops = stop_list(stop)
+        choices: list[_Choice] = []
+        for prompt_index, item in enumerate(normalised):
+            budget = new_token_limit(max_tokens, len(item.tokens), limit)
+            leader: Request | None = None
+            for j in range(n):
+                seed_j = params.seed if j == 0 or params.seed == LLAMA_DEFAULT_SEED else (params.seed + j) & 0xFFFFFFFF
+                request = self._request(
+                    item.tokens, attrs.evolve(params, seed=seed_j), adapters, max_tokens=budget,
+                    logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
+                    keep_prompt_logits=echo and logprobs is not None, fork_of=leader)
+                leader = leader or request
+                choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
+        n_prompt = sum(len(item.tokens) for item in normalised)  # each prompt counts once, whatever n is
+        chunks = self._completion_chunks(choices, model or self.model_path, n_prompt)
         if stream:
             return chunks
         return _merge_chunks(list(chunks))
 
-    def _completion_chunks(
-        self: "Llama", prompt_tokens: list[int], prompt_text: str, params: SamplingParams, max_tokens: int,
-        stops: list[str], echo: bool, logprobs: int | None, trailing_suffix: str, model: str,
-        logits_processor: Callable[..., Any] | None, stopping_criteria: Callable[..., bool] | None,
-        adapters: tuple[Any, Any],
-    ) -> Iterator[dict[str, Any]]:
+    def _prompt(self: Llama, prompt: str | list[int], suffix: str | None) -> _Prompt:
+        """A prompt's tokens: BOS as the vocabulary wants it, infill when a suffix is given."""
+        if isinstance(prompt, str):
+            infill = self._infill_tokens(prompt, suffix) if suffix is not None else None
+            if infill is not None:
+                tokens, trailing = infill, ""
+            else:
+                tokens = text_prompt_tokens(self, prompt)
+                trailing = suffix or ""
+            text = prompt
+        else:
+            if suffix is not None:
+                raise ValueError("suffix needs a text prompt, not token ids")
+            tokens = self._token_list(prompt)
+            text, trailing = self.detokenize(tokens).decode("utf-8", "replace"), ""
+        if not tokens:  # an empty prompt starts from BOS, the only context it can have
+            if self.token_bos() < 0:
+                raise ValueError("the prompt is empty and this model has no BOS token to start from")
+            tokens = [self.token_bos()]
+        return _Prompt(tokens, text, trailing)
+
+    def _completion_chunks(self: Llama, choices: list[_Choice], model: str,
+                           n_prompt: int) -> Iterator[dict[str, Any]]:
+        """The chunks of every choice, as their tokens arrive (one engine request per choice)."""
         completion_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
-        offset = 0  # characters of text handed out so far (for logprobs' text_offset)
+        scheduler = self._live_scheduler()
 
-        def chunk(text: str, finish: str | None, lp: dict[str, list] | None = None,
+        def chunk(choice: _Choice, text: str, finish: str | None, lp: dict[str, list] | None = None,
                   usage: dict[str, int] | None = None) -> dict[str, Any]:
             out: dict[str, Any] = {
                 "id": completion_id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}],
+                "choices": [{"text": text, "index": choice.index, "logprobs": lp, "finish_reason": finish}],
             }
             if usage is not None:
                 out["usage"] = usage
             return out
 
-        def piece_text(token: int) -> str:
-            return self._piece(token).decode("utf-8", "replace")
-
-        def lp_block(tokens: list[str], offsets: list[int], values: list[float | None], tops: list) -> dict:
-            return {"tokens": tokens, "text_offset": offsets, "token_logprobs": values, "top_logprobs": tops}
-
-        scanner = StopScanner(stops)
-        finish = "length"
-        hit_stop = False
-        n_generated = 0
-        pending_lp: list[tuple[str, float, dict]] = []
-
-        def take_logprobs() -> dict[str, list] | None:
-            """The logprobs of the tokens whose text is being handed out now."""
-            nonlocal offset, pending_lp
-            if not pending_lp:
-                return None
-            block = lp_block([p[0] for p in pending_lp], [], [p[1] for p in pending_lp], [p[2] for p in pending_lp])
-            for p in pending_lp:
-                block["text_offset"].append(offset)
-                offset += len(p[0])
-            pending_lp = []
-            return block
-
-        if self.cache is not None:
-            self._restore_from_cache(prompt_tokens, self._adapters.key(*adapters))
-        gen = self._generate(prompt_tokens, params, True, logits_processor, stopping_criteria, adapters)
-        tokens: Iterator[int] = gen
+        single = len(choices) == 1
+        if single and self.cache is not None:
+            self._restore_from_cache(choices[0].request)
+        for choice in choices:
+            scheduler.submit(choice.request)
+        active = {choice.request: choice for choice in choices}
         try:
-            if echo:
-                # the prompt is evaluated when the first token is drawn; with logits_all its
-                # logits rows are then in self.scores and the echoed tokens can be scored
-                first = next(gen, None)
-                lp = None
-                if logprobs is not None:
-                    texts = [piece_text(t) for t in prompt_tokens]
-                    values, tops = self._prompt_logprobs(prompt_tokens, logprobs, piece_text)
-                    offsets = [int(o) for o in np.cumsum([0] + [len(t) for t in texts[:-1]])]
-                    lp = lp_block(texts, offsets, values, tops)
-                yield chunk(prompt_text, None, lp)
-                offset = len(prompt_text)
-                tokens = itertools.chain([] if first is None else [first], gen)
-            if max_tokens > 0:
-                for token in tokens:
-                    n_generated += 1
-                    piece = self._piece(token)
-                    if logprobs is not None:
-                        value, top = _logprob_entry(self.logits_view(), token, logprobs, piece_text)
-                        pending_lp.append((piece.decode("utf-8", "replace"), value, top))
-                    out, hit = scanner.feed(piece)
-                    if out:
-                        yield chunk(out.decode("utf-8", "replace"), None, take_logprobs())
+            while active:
+                order = list(active)
+                request, event = scheduler.next_of(order)
+                choice = active[request]
+                if choice.echo_pending:
+                    text, lp = choice.echo_block()
+                    yield chunk(choice, text, None, lp)
+                hit = False
+                if event is not None:
+                    text, hit = choice.feed(event)
+                    if text:
+                        yield chunk(choice, text, None, choice.take_logprobs())
                     if hit:
-                        finish, hit_stop = "stop", True
-                        break
-                    if n_generated >= max_tokens:
-                        break
-                else:
-                    finish = "abort" if self._abort.is_set() else "stop"
+                        choice.pending_lp = []
+                        scheduler.cancel(request)
+                if event is None or hit:
+                    del active[request]
+                    choice.finish = "stop" if hit else request.finish_reason or "stop"
+                    rest = choice.scanner.flush().decode("utf-8", "replace") + choice.prompt.trailing_suffix
+                    if rest or choice.pending_lp:
+                        yield chunk(choice, rest, None, choice.take_logprobs())
+                    if active:
+                        yield chunk(choice, "", choice.finish)
+                elif active:  # round robin: the others' tokens come first next time
+                    del active[request]
+                    active[request] = choice
+            if single and self.cache is not None and not self._closed:
+                self.cache[self.eval_tokens] = self.save_state()
+            n_completion = sum(c.request.n_generated for c in choices)
+            yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
+                                                         "total_tokens": n_prompt + n_completion})
         finally:
-            gen.close()
-        if hit_stop:
-            pending_lp = []  # those tokens only formed the stop string, which is not part of the text
-        if self.cache is not None and not self._closed:
-            self.cache[list(self._tokens)] = self.save_state()
-        rest = scanner.flush().decode("utf-8", "replace") + trailing_suffix
-        if rest or pending_lp:
-            yield chunk(rest, None, take_logprobs())
-        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": n_generated,
-                 "total_tokens": len(prompt_tokens) + n_generated}
-        yield chunk("", finish, None, usage)
+            for choice in choices:
+                scheduler.cancel(choice.request)
 
-    def _prompt_logprobs(self: "Llama", prompt_tokens: list[int], top_n: int,
-                         piece_of: Callable[[int], str]) -> tuple[list[float | None], list[dict | None]]:
-        """Logprobs of each prompt token given the ones before it (None without logits_all)."""
-        values: list[float | None] = [None]
-        tops: list[dict | None] = [None]
-        scores = self._scores
-        for i in range(1, len(prompt_tokens)):
-            if scores is None:
-                values.append(None)
-                tops.append(None)
-                continue
-            value, top = _logprob_entry(scores[i - 1], prompt_tokens[i], top_n, piece_of)
-            values.append(value)
-            tops.append(top)
-        return values, tops
-
-    def _restore_from_cache(self: "Llama", prompt_tokens: list[int], adapters: Any) -> None:
+    def _restore_from_cache(self: Llama, request: Request) -> None:
         """Load the cached state whose tokens share a longer prefix with the prompt than the live context.
 
         A state evaluated with other adapters than this request's is of no use.
         """
+        prompt_tokens = request.prompt
         if prompt_tokens not in self.cache:
             return
         state = self.cache[prompt_tokens]
-        if getattr(state, "adapters", adapters) != adapters:
+        if getattr(state, "adapters", request.adapter_key) != request.adapter_key:
             return
         cached = [int(t) for t in state.input_ids[: state.n_tokens]]
-        live = self.longest_token_prefix(self._tokens, prompt_tokens) if self._kv_adapters == adapters else 0
+        ledger = self._live_scheduler().current.ledger
+        live = ledger.reusable_prefix(prompt_tokens, request.adapter_key)
         if self.longest_token_prefix(cached, prompt_tokens) > live:
             self.load_state(state)
 
-    def __call__(self: "Llama", prompt: str, suffix: str | None = None, max_tokens: int | None = 128,
-                 **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    def __call__(
+        self: Llama,
+        prompt: str | list[int] | list[str] | list[list[int]],
+        suffix: str | None = None,
+        max_tokens: int | None = 128,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        logprobs: int | None = None,
+        echo: bool = False,
+        stop: str | list[str] | None = None,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float | None = None,
+        repeat_penalty: float = 1.0,
+        top_k: int = 40,
+        stream: bool = False,
+        seed: int | None = None,
+        model: str | None = None,
+        logit_bias: dict[int, float] | None = None,
+        ignore_eos: bool = False,
+        penalty_last_n: int = 64,
+        logits_processor: Callable[..., Any] | None = None,
+        stopping_criteria: Callable[..., bool] | None = None,
+        active_loras: list[dict[str, Any]] | None = None,
+        control_vector: dict[str, Any] | None = None,
+        *,
+        n: int = 1,
+        present_penalty: float = 0.0,
+        temp: float | None = None,
+        min_keep: int = 0,
+        top_n_sigma: float = -1.0,
+        dynatemp_range: float = 0.0,
+        dynatemp_exponent: float = 1.0,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        xtc_probability: float = 0.0,
+        xtc_threshold: float = 0.1,
+        adaptive_target: float = -1.0,
+        adaptive_decay: float = 0.9,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_seq_breakers: Sequence[str] = ("\n", ":", '"', "*"),
+        grammar: LlamaGrammar | None = None,
+        grammar_lazy: bool = False,
+        grammar_triggers: Sequence[str | int] = (),
+        use_infill: bool = False,
+        reasoning_budget: int = -1,
+        reasoning_start: str = "<think>",
+        reasoning_end: str = "</think>",
+        reasoning_budget_message: str | None = None,
+        reasoning_start_in_prompt: bool = False,
+        reasoning_start_max_tokens: int | None = 32,
+        samplers: Sequence[str] | None = None,
+        extra_samplers: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """``create_completion`` with llama-cpp-python's ``__call__`` default of 128 tokens."""
-        return self.create_completion(prompt, suffix=suffix, max_tokens=max_tokens, **kwargs)
+        arguments = dict(locals())
+        del arguments["self"]
+        return self.create_completion(**arguments)
 
 
 def _merge_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """One text_completion object from the stream of chunks."""
+    """One text_completion object from the stream of chunks: one choice per index, in index order."""
     final = chunks[-1]
-    choice = final["choices"][0]
-    choice["text"] = "".join(c["choices"][0]["text"] for c in chunks)
-    blocks = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0]["logprobs"]]
-    if blocks:
-        merged: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
-        for block in blocks:
-            for key in merged:
-                merged[key].extend(block[key])
-        choice["logprobs"] = merged
+    texts: dict[int, list[str]] = {}
+    blocks: dict[int, list[dict[str, list]]] = {}
+    finishes: dict[int, str | None] = {}
+    for c in chunks:
+        part = c["choices"][0]
+        index = part["index"]
+        texts.setdefault(index, []).append(part["text"])
+        if part["logprobs"]:
+            blocks.setdefault(index, []).append(part["logprobs"])
+        if part["finish_reason"] is not None:
+            finishes[index] = part["finish_reason"]
+    merged_choices = []
+    for index in sorted(texts):
+        logprobs = None
+        if index in blocks:
+            logprobs = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+            for block in blocks[index]:
+                for key in logprobs:
+                    logprobs[key].extend(block[key])
+        merged_choices.append({"text": "".join(texts[index]), "index": index, "logprobs": logprobs,
+                               "finish_reason": finishes.get(index)})
+    final["choices"] = merged_choices
     return final

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .plugins import CacheStrategy, SpeculativeEngine, get_host
+from .sampling import SAMPLING_KEYWORDS
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -31,6 +32,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
+
+_CONSTRUCTOR_KEYWORDS = frozenset({"seed"})  # a sampling keyword that is also one of Llama's
 
 # config key -> (record type, key that names the plugin)
 CAPABILITIES: dict[str, tuple[type, str]] = {
@@ -65,13 +68,23 @@ def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         raise ValueError(f"{str(path)!r} is not valid TOML: {exc}") from exc
 
 
-def from_config(cls: type["Llama"], config: Mapping[str, Any] | str | Path) -> "Llama":
+def from_config(cls: type[Llama], config: Mapping[str, Any] | str | Path, **overrides: Any) -> Llama:
     """Build a Llama from a dict or a TOML file of constructor keywords.
 
     ``model = "default"`` (or no model at all) uses the default model; a
     relative ``model_path`` in a TOML file is relative to that file.
+    ``overrides`` replace the configuration's values (the command line's
+    flags do this); a ``model_path`` among them is taken as it is.
     """
     values = load_config(config)
+    misplaced = sorted(SAMPLING_KEYWORDS & set(values) - _CONSTRUCTOR_KEYWORDS)
+    if misplaced:
+        raise ValueError(f"{', '.join(misplaced)} in a Llama configuration: sampling parameters belong to each "
+                         "request (create_completion, create_chat_completion, generate), not to the Llama")
+    if "model_path" in overrides:
+        values.pop("model", None)
+        values["model_path"] = Path(overrides.pop("model_path")).resolve()
+    values.update(overrides)
     model = values.pop("model", None)
     model_path = values.pop("model_path", None)
     if model_path is None:

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from llama_cpp_native import ffi, lib
 
+from ._logger import capture_messages
+
 _backend_lock = threading.Lock()
 _backend_ready = False
 
@@ -75,18 +77,24 @@ class NativeHandle(Closing):
             self._free(ptr)
 
 
-def load_model(path: Path, params: Any) -> NativeHandle:
+def load_model(path: Path, params: Any, quiet: bool = False) -> NativeHandle:
+    """Load a model; a failure's ValueError carries llama.cpp's reason (not printed as well when ``quiet``)."""
     ensure_backend()
-    ptr = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    with capture_messages(quiet=quiet) as log:
+        ptr = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
     if ptr == ffi.NULL:
-        raise ValueError(f"failed to load model from {str(path)!r}: not a valid GGUF model file, or an unsupported one")
+        reason = log.reason("not a valid GGUF model file, or an unsupported one")
+        raise ValueError(f"failed to load model from {str(path)!r}: {reason}")
     return NativeHandle(ptr, lib.llama_model_free, "model")
 
 
-def new_context(model: NativeHandle, params: Any) -> NativeHandle:
-    ptr = lib.llama_init_from_model(model.ptr, params)
+def new_context(model: NativeHandle, params: Any, quiet: bool = False) -> NativeHandle:
+    """Create a context; a failure's ValueError carries llama.cpp's reason."""
+    with capture_messages(quiet=quiet) as log:
+        ptr = lib.llama_init_from_model(model.ptr, params)
     if ptr == ffi.NULL:
-        raise RuntimeError("llama.cpp could not create a context for this model with these parameters")
+        reason = log.reason("no reason was logged")
+        raise ValueError(f"llama.cpp could not create a context for this model with these parameters: {reason}")
     return NativeHandle(ptr, lib.llama_free, "context")
 
 

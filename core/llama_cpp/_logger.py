@@ -66,27 +66,72 @@ def parse_verbosity(value: object) -> int:
 _captures = threading.local()
 
 
-@contextlib.contextmanager
-def capture_messages() -> Iterator[list[str]]:
-    """Collect the messages llama.cpp logs on this thread inside the block, whatever the level.
+class CapturedLog:
+    """What llama.cpp logged on one thread during a ``capture_messages`` block."""
 
-    Used to put llama.cpp's own diagnostic into the exception a failed call raises.
+    __slots__ = ("messages", "errors", "quiet", "_last_error")
+
+    def __init__(self, quiet: bool) -> None:
+        self.messages: list[str] = []  # every message, whatever its level
+        self.errors: list[str] = []  # the error-level ones, continuations joined
+        self.quiet = quiet
+        self._last_error = False
+
+    def add(self, level: int, message: str) -> None:
+        self.messages.append(message)
+        if level == lib.GGML_LOG_LEVEL_CONT:
+            if self._last_error and self.errors:
+                self.errors[-1] += message
+            return
+        self._last_error = level == lib.GGML_LOG_LEVEL_ERROR
+        if self._last_error:
+            self.errors.append(message)
+
+    def reason(self, fallback: str) -> str:
+        """llama.cpp's error lines, each once and in order, or ``fallback`` when it logged none."""
+        lines: list[str] = []
+        for message in self.errors:
+            for line in message.splitlines():
+                line = line.strip()
+                if line and line not in lines:
+                    lines.append(line)
+        return "; ".join(lines) if lines else fallback
+
+
+@contextlib.contextmanager
+def capture_messages(*, quiet: bool = False) -> Iterator[CapturedLog]:
+    """Collect what llama.cpp logs on this thread inside the block, whatever the level.
+
+    Used to put llama.cpp's own diagnostic into the exception a failed call
+    raises.  With ``quiet`` the captured messages are not also printed (the
+    exception carries them), which is what ``Llama(verbose=False)`` asks for.
     """
-    collected: list[str] = []
-    previous = getattr(_captures, "messages", None)
-    _captures.messages = collected
+    captured = CapturedLog(quiet)
+    previous = getattr(_captures, "log", None)
+    _captures.log = captured
+    # the low-level API may have replaced the callback (llama_log_set): take it back for the call
+    installed = ffi.new("ggml_log_callback *")
+    user_data = ffi.new("void **")
+    lib.llama_log_get(installed, user_data)
+    foreign = ffi.cast("void *", installed[0]) != ffi.cast("void *", _on_log)
+    if foreign:
+        lib.llama_log_set(_on_log, ffi.NULL)
     try:
-        yield collected
+        yield captured
     finally:
-        _captures.messages = previous
+        _captures.log = previous
+        if foreign:
+            lib.llama_log_set(installed[0], user_data[0])
 
 
 @ffi.callback("ggml_log_callback")
 def _on_log(level: int, text: object, user_data: object) -> None:
     message = ffi.string(text).decode("utf-8", "replace")  # type: ignore[arg-type]
-    collected = getattr(_captures, "messages", None)
-    if collected is not None:
-        collected.append(message)
+    captured = getattr(_captures, "log", None)
+    if captured is not None:
+        captured.add(level, message)
+        if captured.quiet:
+            return
     needed = _state["last"] if level == lib.GGML_LOG_LEVEL_CONT else _GGML_LEVELS.get(level, 3)
     _state["last"] = needed
     if needed > _state["verbosity"]:

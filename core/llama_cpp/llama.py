@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import operator
-import threading
+import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -15,11 +14,17 @@ from llama_cpp_native import ffi, lib
 from . import _compose, _hub, _logger
 from . import _params as P
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
-from ._chat import ChatAPI
+from ._chat import ChatAPI, named_template_format
 from ._completion import CompletionAPI
 from .plugins import get_host
-from ._handles import Batch, Closing, NativeHandle, load_model, new_context
-from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, effective_logit_bias
+from ._handles import Closing, load_model, new_context
+from .engine import Context, Model, Request, Scheduler, SequenceSnapshot
+from .engine.ledger import common_prefix
+from .engine.scheduler import Slot
+from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, sampling_arguments
+
+if TYPE_CHECKING:
+    from .llama_grammar import LlamaGrammar
 
 _GGUF_MAGIC = b"GGUF"
 
@@ -62,31 +67,7 @@ class LlamaTokenizer:
         return cls(Llama(model_path=path, vocab_only=True, verbose=False))
 
 
-class GenerationAborted(Exception):
-    """Raised inside the generation loop when ``abort()`` interrupted a decode."""
-
-
-class _TokenArray:
-    """The tokens so far as a growing numpy array, so hooks get them without an O(n) copy per token."""
-
-    __slots__ = ("buf", "n")
-
-    def __init__(self, tokens: Sequence[int]) -> None:
-        self.buf = np.empty(max(64, 2 * len(tokens)), dtype=np.intc)
-        self.buf[: len(tokens)] = tokens
-        self.n = len(tokens)
-
-    def append(self, token: int) -> None:
-        if self.n == len(self.buf):
-            self.buf = np.concatenate([self.buf, np.empty_like(self.buf)])
-        self.buf[self.n] = token
-        self.n += 1
-
-    def pop(self) -> None:
-        self.n -= 1
-
-    def view(self) -> np.ndarray:
-        return self.buf[: self.n]
+_UNLIMITED = 1 << 62  # no max_tokens: generate() runs until end of generation or until the reader stops
 
 
 def _check_model_file(path: Path) -> None:
@@ -172,6 +153,8 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         chat_format: str | None = None,
         chat_handler: Any = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template_name: str | None = None,
+        chat_handler_kwargs: dict[str, Any] | None = None,
         cache: Any = None,
         speculative: Any = None,
         draft_model: Any = None,
@@ -186,8 +169,9 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             raise ValueError("mmproj_path: multimodal models need a multimodal handler, and none is available in "
                              "this version of llama_cpp")
         self._closed = True  # until fully constructed, close() has nothing to free
-        self._model: NativeHandle | None = None
-        self._ctx: NativeHandle | None = None
+        self._model: Model | None = None
+        self._ctx: Context | None = None
+        self._scheduler: Scheduler | None = None
         self._adapters: Adapters | None = None
         known = [n for n in Llama.__init__.__code__.co_varnames[1:Llama.__init__.__code__.co_argcount
                                                                + Llama.__init__.__code__.co_kwonlyargcount]]
@@ -245,7 +229,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         P.check_int("n_ctx", n_ctx, 0)
         P.check_int("n_batch", n_batch, 1)
         P.check_int("n_ubatch", n_ubatch, 1)
-        P.check_int("n_seq_max", n_seq_max, 1, 256)
+        P.check_int("n_seq_max", n_seq_max, 1, lib.llama_max_parallel_sequences())
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"seed must be an integer, got {seed!r}")
         gen_threads, batch_threads = P.default_threads()
@@ -264,6 +248,9 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             raise ValueError("speculative decoding (speculative=, draft_model=) is not available in this version "
                              "of llama_cpp: no speculative engine is supported yet")
         self.cache = _compose.resolve("cache", cache)
+        if self.cache is not None and n_seq_max > 1:
+            raise ValueError("cache= with n_seq_max > 1: this version's prompt cache restores the whole context, "
+                             "which would overwrite the other sequences; use n_seq_max=1 with a cache")
 
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -300,28 +287,16 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if numa:
             lib.llama_numa_init(lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa is True else int(numa))
 
-        self._model = load_model(path, mparams)
-        self._vocab = lib.llama_model_get_vocab(self._model.ptr)
-        self._n_vocab = lib.llama_vocab_n_tokens(self._vocab)
+        self._model = Model(load_model(path, mparams, quiet=not verbose))
         self.context_params = cparams
         self.model_params = mparams
-        if not vocab_only:
-            self._ctx = new_context(self._model, cparams)
         self._closed = False
-        self._tokens: list[int] = []  # the ledger: tokens whose state is in the KV cache
-        self._adapters = Adapters(self._model, lib.llama_model_n_embd(self._model.ptr),
-                                  lib.llama_model_n_layer(self._model.ptr))
-        self._kv_adapters: AdapterKey | None = NO_ADAPTERS  # what the ledger was evaluated with (None: a mix)
-        self._batch_handle: Batch | None = None
-        self._scores = (np.zeros((lib.llama_n_ctx(self._ctx.ptr), self._n_vocab), dtype=np.float32)
-                        if self.logits_all and self._ctx is not None else None)
-        self._lock = threading.Lock()
-        self._abort = threading.Event()
-        abort_flag = self._abort.is_set
-        self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: abort_flag())
-        self._eog: list[int] | None = None
-        self._piece_buf = ffi.new("char[]", 256)
-        self._tok_buf = ffi.new("llama_token[]", 1)
+        self._adapters = Adapters(self._model.handle, lib.llama_model_n_embd(self._model.ptr),
+                                  lib.llama_model_n_layer(self._model.ptr), quiet=not verbose)
+        if not vocab_only:
+            self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab)
+            self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
+                                        logits_all=self.logits_all, max_outputs=cparams.n_outputs_max)
         self.metadata = self._read_metadata()
         self.tokenizer_ = tokenizer
         self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
@@ -333,15 +308,20 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             warnings.warn("recurrent/hybrid model: this version of llama_cpp keeps no state checkpoints "
                           "(ctx_checkpoints), so a prompt that differs from the evaluated one is evaluated again "
                           "from the start", RuntimeWarning, stacklevel=2)
-        if self.chat_format is None:  # a plugin for this model family may claim its format
+        self.chat_template_name = chat_template_name
+        self.chat_handler_kwargs = dict(chat_handler_kwargs or {})
+        if self.chat_handler_kwargs:  # mmproj_path was refused above: there is no handler to pass them to
+            warnings.warn("chat_handler_kwargs are passed to the multimodal handler that mmproj_path creates; "
+                          "without mmproj_path they are not used", UserWarning, stacklevel=2)
+        if chat_template_name is not None:
+            self.chat_format = named_template_format(self.metadata, chat_template_name, chat_format)
+        elif self.chat_format is None:  # a plugin for this model family may claim its format
             self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
             # the constructor's adapter is the default of every request that names none
             lora_path = str(legacy["lora_path"])
             self._adapters.load(lora_path, lora_path)
             self._adapters.default = ((lora_path, float(legacy.get("lora_scale", 1.0))),)
-            if self._ctx is not None:
-                self._kv_adapters = self._use_adapters(None, None)
 
     def __getstate__(self) -> dict[str, Any]:
         """The constructor's arguments and the loaded LoRA adapters: unpickling loads them again.
@@ -372,25 +352,35 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     def close(self) -> None:
         """Free the context, the adapters and the model (idempotent)."""
         self._closed = True
-        for handle in [getattr(self, "_batch_handle", None), self._ctx]:
-            if handle is not None:
-                handle.close()
+        if self._ctx is not None:
+            self._ctx.close()
         if self._adapters is not None:  # after the context that used them, before their model
             self._adapters.close()
         if self._model is not None:
             self._model.close()
 
     def _live_ctx(self) -> Any:
+        return self._live_scheduler().ctx.ptr
+
+    def _live_scheduler(self) -> Scheduler:
         if self._closed:
             raise RuntimeError("this Llama instance is closed")
-        if self._ctx is None:
+        if self._scheduler is None:
             raise RuntimeError("this Llama instance was loaded with vocab_only=True and has no context")
-        return self._ctx.ptr
+        return self._scheduler
 
     def _live_model(self) -> Any:
         if self._closed:
             raise RuntimeError("this Llama instance is closed")
         return self._model.ptr  # type: ignore[union-attr]
+
+    @property
+    def _vocab(self) -> Any:
+        return self._model.vocab  # type: ignore[union-attr]
+
+    @property
+    def _n_vocab(self) -> int:
+        return self._model.n_vocab  # type: ignore[union-attr]
 
     # -- LoRA adapters and control vectors ------------------------------------
     def load_lora(self, name: str, path: str | Path) -> None:
@@ -403,25 +393,38 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self._adapters.load(name, str(path))  # type: ignore[union-attr]
 
     def unload_lora(self, name: str) -> None:
-        """Free the adapter loaded as ``name`` (taking it off the context first); unknown names are ignored."""
-        self._live_model()
-        self._adapters.unload(name, self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
+        """Free the adapter loaded as ``name`` (taking it off the context first); unknown names are ignored.
+
+        An adapter a running generation uses is a RuntimeError: it would be
+        freed under that generation.
+        """
+        with self._adapters_idle([name]):
+            self._adapters.unload(name, self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
 
     def unload_all_loras(self) -> None:
         """Free every loaded adapter, including the constructor's ``lora_path``."""
+        with self._adapters_idle(self.list_loras()):
+            self._adapters.unload_all(self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
+
+    @contextlib.contextmanager
+    def _adapters_idle(self, names: Sequence[str]) -> Iterator[None]:
+        """Own the context (no tick runs) and check that no running generation uses these adapters."""
         self._live_model()
-        self._adapters.unload_all(self._ctx.ptr if self._ctx is not None else None)  # type: ignore[union-attr]
+        if self._scheduler is None:
+            yield
+            return
+        with self._scheduler.exclusive():
+            for slot in self._scheduler.slots:
+                if self._scheduler.busy(slot):
+                    used = {lora[0] for lora in slot.request.adapter_key.loras}  # type: ignore[union-attr]
+                    if used & set(names):
+                        raise RuntimeError(f"LoRA adapter(s) {sorted(used & set(names))} are in use by a running "
+                                           "generation; unload them when it has finished")
+            yield
 
     def list_loras(self) -> list[str]:
         """Names of the loaded adapters (the constructor's ``lora_path`` is named by its path)."""
         return self._adapters.names() if self._adapters is not None else []
-
-    def _use_adapters(self, active_loras: Sequence[dict[str, Any]] | None,
-                      control_vector: dict[str, Any] | None) -> AdapterKey:
-        """Set the requested adapters on the context (None: the constructor's ``lora_path``, no vector)."""
-        adapters = self._adapters
-        return adapters.apply(self._live_ctx(), adapters.select(active_loras),  # type: ignore[union-attr]
-                              adapters.control_vector(control_vector))  # type: ignore[union-attr]
 
     # -- model information --------------------------------------------------
     def _read_metadata(self) -> dict[str, str]:
@@ -466,6 +469,11 @@ class Llama(ChatAPI, CompletionAPI, Closing):
 
     def n_params(self) -> int:
         return lib.llama_model_n_params(self._live_model())
+
+    def add_bos_token(self) -> bool:
+        """Whether a text prompt starts with BOS: the vocabulary asks for it and has one (llama.cpp's rule)."""
+        self._live_model()
+        return self._model.adds_bos  # type: ignore[union-attr]
 
     def token_bos(self) -> int:
         self._live_model()
@@ -524,9 +532,14 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         return self._live_ctx()
 
     @property
+    def scheduler(self) -> Scheduler:
+        """The engine's scheduler: its sequences (``slots``), queue and counters (docs/engine.md)."""
+        return self._live_scheduler()
+
+    @property
     def eval_tokens(self) -> list[int]:
-        """The tokens whose state is in the KV cache (a copy)."""
-        return list(self._tokens)
+        """The tokens the current sequence holds in memory (a copy)."""
+        return list(self._live_scheduler().current.ledger.tokens)
 
     @property
     def loaded_lora_count(self) -> int:
@@ -547,26 +560,19 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     @staticmethod
     def longest_token_prefix(a: Sequence[int], b: Sequence[int], verbose: bool = False) -> int:
         """Length of the common prefix of two token sequences."""
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
+        return common_prefix(a, b)
 
     def _eog_tokens(self) -> list[int]:
-        if self._eog is None:
-            vocab = self._vocab
-            self._eog = [t for t in range(self._n_vocab) if lib.llama_vocab_is_eog(vocab, t)]
-        return self._eog
+        return self._model.eog_tokens()  # type: ignore[union-attr]
 
     @property
     def n_tokens(self) -> int:
-        return len(self._tokens)
+        """How many tokens the current sequence holds (the one the last request or eval used)."""
+        return len(self._live_scheduler().current.ledger)
 
     @property
     def input_ids(self) -> np.ndarray:
-        return np.asarray(self._tokens, dtype=np.intc)
+        return np.asarray(self._live_scheduler().current.ledger.tokens, dtype=np.intc)
 
     # -- tokens ---------------------------------------------------------------
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
@@ -576,24 +582,10 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self._live_model()
         if self.tokenizer_ is not None:
             return list(self.tokenizer_.tokenize(text, add_bos=add_bos, special=special))
-        capacity = len(text) + 2
-        buf = ffi.new("llama_token[]", capacity)
-        n = lib.llama_tokenize(self._vocab, text, len(text), buf, capacity, add_bos, special)
-        if n < 0:
-            capacity = -n
-            buf = ffi.new("llama_token[]", capacity)
-            n = lib.llama_tokenize(self._vocab, text, len(text), buf, capacity, add_bos, special)
-            if n < 0:
-                raise RuntimeError(f"tokenization failed for {len(text)} bytes")
-        return list(buf[0:n])
+        return self._model.tokenize(text, add_bos, special)  # type: ignore[union-attr]
 
     def _piece(self, token: int, special: bool = False) -> bytes:
-        n = lib.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, special)
-        if n < 0:
-            big = ffi.new("char[]", -n)
-            n = lib.llama_token_to_piece(self._vocab, token, big, -n, 0, special)
-            return ffi.buffer(big, n)[:]
-        return ffi.buffer(self._piece_buf, n)[:]
+        return self._model.piece(token, special)  # type: ignore[union-attr]
 
     def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
                    special: bool = False) -> bytes:
@@ -605,39 +597,76 @@ class Llama(ChatAPI, CompletionAPI, Closing):
 
     # -- evaluation -----------------------------------------------------------
     def reset(self) -> None:
-        """Forget the evaluated tokens and clear the KV cache."""
-        ctx = self._live_ctx()
-        lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-        self._tokens = []
-        self._kv_adapters = self._adapters.applied  # type: ignore[union-attr]
+        """Forget the evaluated tokens: the memory of every sequence no generation is using is cleared."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            for slot in scheduler.slots:
+                if not scheduler.busy(slot):
+                    slot.ledger.clear(scheduler.ctx)
 
     def set_seed(self, seed: int) -> None:
         self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
 
     # -- state ------------------------------------------------------------------
-    def save_state(self) -> "LlamaState":
-        """A snapshot of the context (KV cache, RNG) and the evaluated tokens."""
-        ctx = self._live_ctx()
-        size = lib.llama_state_get_size(ctx)
-        buf = ffi.new("uint8_t[]", size)
-        written = lib.llama_state_get_data(ctx, buf, size)
-        return LlamaState(input_ids=np.asarray(self._tokens, dtype=np.intc), n_tokens=len(self._tokens),
-                          llama_state=ffi.buffer(buf, written)[:], llama_state_size=written, seed=self._seed,
-                          adapters=self._kv_adapters)
+    def save_state(self) -> LlamaState:
+        """A snapshot of the context (every sequence's memory, the RNG) and the current sequence's tokens."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            ledger = scheduler.current.ledger
+            data = scheduler.ctx.state()
+            tokens = np.asarray(ledger.tokens, dtype=np.intc)
+            adapters = ledger.adapters
+        return LlamaState(input_ids=tokens, n_tokens=len(tokens), llama_state=data, llama_state_size=len(data),
+                          seed=self._seed, adapters=adapters)
 
-    def load_state(self, state: "LlamaState") -> None:
-        """Restore a snapshot taken by ``save_state`` on a context of the same model and size."""
-        ctx = self._live_ctx()
+    def load_state(self, state: LlamaState) -> None:
+        """Restore a snapshot taken by ``save_state`` on a context of the same model and size.
+
+        It replaces the whole context, so no generation may be running.
+        """
+        scheduler = self._live_scheduler()
         data = state.llama_state
         if len(data) != state.llama_state_size:
             raise ValueError(f"corrupt LlamaState: {len(data)} bytes of state, header says {state.llama_state_size}")
-        read = lib.llama_state_set_data(ctx, data, len(data))
-        if read != len(data):
-            raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
-                               "was it saved from another model or context size?")
-        self._tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
+        with scheduler.exclusive():
+            if any(scheduler.busy(slot) for slot in scheduler.slots):
+                raise RuntimeError("load_state replaces the whole context, and a generation is running on it; "
+                                   "finish or close it first")
+            read = scheduler.ctx.set_state(data)
+            for slot in scheduler.slots:  # what the other sequences hold now is unknown: never reused
+                slot.ledger.tokens = []
+            if read != len(data):
+                raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
+                                   "was it saved from another model or context size?")
+            ledger = scheduler.current.ledger
+            ledger.tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
+            ledger.adapters = state.adapters
         self._seed = state.seed
-        self._kv_adapters = state.adapters
+
+    def snapshot_sequence(self, seq_id: int | None = None) -> SequenceSnapshot:
+        """One sequence's tokens and memory (``llama_state_seq_get_data``); default: the current sequence."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            return self._slot(seq_id).ledger.snapshot(scheduler.ctx)
+
+    def restore_sequence(self, snapshot: SequenceSnapshot, seq_id: int | None = None) -> None:
+        """Put a ``snapshot_sequence`` back into a sequence no generation is using (default: the current one)."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            slot = self._slot(seq_id)
+            if scheduler.busy(slot):
+                raise RuntimeError(f"sequence {slot.seq_id} is in use by a running generation")
+            slot.ledger.restore(scheduler.ctx, snapshot)
+            scheduler.current = slot
+
+    def _slot(self, seq_id: int | None) -> Slot:
+        scheduler = self._live_scheduler()
+        if seq_id is None:
+            return scheduler.current
+        if isinstance(seq_id, bool) or not isinstance(seq_id, int) or not 0 <= seq_id < len(scheduler.slots):
+            raise ValueError(f"seq_id must be in 0..{len(scheduler.slots) - 1} (n_seq_max {len(scheduler.slots)}), "
+                             f"got {seq_id!r}")
+        return scheduler.slots[seq_id]
 
     # logging (process-global, see llama_cpp._logger)
     def set_verbosity(self, verbosity: int | str | bool) -> int:
@@ -664,138 +693,56 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         _logger.reset_log_filters()
 
     def abort(self) -> None:
-        """Stop a running generation from another thread (finish_reason "abort")."""
-        self._abort.set()
+        """Stop every running or waiting generation (finish_reason "abort"), from any thread.
 
-    def _decode(self, tokens: Sequence[int], keep_scores: bool = True) -> None:
-        """Decode in n_batch chunks; a long prefill can be interrupted by ``abort()``.
-
-        With ``logits_all`` every token's logits are requested and kept in
-        ``scores`` (the caller asked for that history); otherwise only the last
-        token's logits are computed.
+        A long prompt being evaluated is interrupted too; generations started
+        afterwards run normally.
         """
-        ctx = self._live_ctx()
-        n_batch = self.context_params.n_batch
-        interruptible = len(tokens) > 32  # the callback runs per graph node: too costly per token
-        if interruptible:
-            lib.llama_set_abort_callback(ctx, self._abort_cb, ffi.NULL)
-        try:
-            for start in range(0, len(tokens), n_batch):
-                chunk = tokens[start:start + n_batch]
-                if self._scores is not None:
-                    batch = self._batch()
-                    batch.set_tokens(chunk, len(self._tokens), logits_last=True, logits_all=True)
-                    rc = lib.llama_decode(ctx, batch.batch)
-                else:
-                    arr = ffi.new("llama_token[]", chunk)
-                    rc = lib.llama_decode(ctx, lib.llama_batch_get_one(arr, len(chunk)))
-                if rc == 2:  # aborted: drop whatever part of the chunk reached the cache
-                    lib.llama_memory_seq_rm(lib.llama_get_memory(ctx), 0, len(self._tokens), -1)
-                    raise GenerationAborted()
-                if rc != 0:
-                    raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {len(chunk)} tokens")
-                if self._scores is not None and keep_scores:
-                    rows = np.frombuffer(ffi.buffer(lib.llama_get_logits(ctx), len(chunk) * self._n_vocab * 4),
-                                         dtype=np.float32).reshape(len(chunk), self._n_vocab)
-                    self._scores[len(self._tokens):len(self._tokens) + len(chunk)] = rows
-                self._tokens.extend(chunk)
-        finally:
-            if interruptible:
-                lib.llama_set_abort_callback(ctx, ffi.NULL, ffi.NULL)
-
-    def _batch(self) -> Batch:
-        if self._batch_handle is None:
-            self._batch_handle = Batch(self.context_params.n_batch)
-        return self._batch_handle
+        self._live_scheduler().abort()
 
     @property
     def scores(self) -> np.ndarray:
-        """With ``logits_all=True``: the logits of every evaluated token (row i for token i)."""
-        if self._scores is None:
+        """With ``logits_all=True``: the logits of every evaluated token of the current sequence (row i for token i)."""
+        if not self.logits_all:
             raise RuntimeError("scores are kept only with Llama(logits_all=True)")
-        return self._scores[: len(self._tokens)]
+        scheduler = self._live_scheduler()
+        ledger = scheduler.current.ledger
+        if ledger.scores is None:
+            return np.zeros((0, self._n_vocab), dtype=np.float32)
+        return ledger.scores[: len(ledger)]
 
     @property
     def eval_logits(self) -> np.ndarray:
         return self.scores
 
-    def _shift_context(self, incoming: int) -> None:
-        """Make room for ``incoming`` tokens by discarding old ones after the first n_keep."""
-        ctx = self._live_ctx()
-        n_ctx = self.n_ctx()
-        mem = lib.llama_get_memory(ctx)
-        if not lib.llama_memory_can_shift(mem):
-            raise RuntimeError(
-                f"the context is full ({len(self._tokens)} + {incoming} > n_ctx {n_ctx}) and this model's "
-                "memory cannot shift; increase n_ctx"
-            )
-        n_past = len(self._tokens)
-        required = n_past + incoming - n_ctx
-        keep = min(self.n_keep, n_past - required)  # n_keep >= n_ctx would leave nothing to discard
-        discard = max(required, (n_past - keep) // 2)
-        lib.llama_memory_seq_rm(mem, 0, keep, keep + discard)
-        lib.llama_memory_seq_add(mem, 0, keep + discard, -1, -discard)
-        if self._scores is not None:  # the logits rows move with their tokens
-            self._scores[keep:n_past - discard] = self._scores[keep + discard:n_past]
-        del self._tokens[keep:keep + discard]
-
     def _token_list(self, tokens: Sequence[int]) -> list[int]:
         """Token ids as Python ints (numpy integers welcome), each checked against the vocabulary."""
-        try:
-            ids = [operator.index(t) for t in tokens]
-        except TypeError:
-            raise TypeError("token ids must be integers") from None
-        for t in ids:
-            if not 0 <= t < self._n_vocab:
-                raise ValueError(f"token id {t} is outside the vocabulary (0..{self._n_vocab - 1})")
-        return ids
+        return self._model.token_ids(tokens)
 
     def eval(self, tokens: Sequence[int], active_loras: Sequence[dict[str, Any]] | None = None,
              control_vector: dict[str, Any] | None = None, copy_logits: bool = True) -> None:
-        """Evaluate ``tokens`` after those already in the context.
+        """Evaluate ``tokens`` after those the current sequence holds.
 
         ``active_loras``/``control_vector`` choose the adapters these tokens
         are evaluated with (omitted: the constructor's ``lora_path`` and no
         vector).  With ``logits_all``, ``copy_logits=False`` leaves their rows
-        of ``scores`` unfilled.
+        of ``scores`` unfilled.  The context shifts when it is full.
         """
-        self._note_adapters(self._use_adapters(active_loras, control_vector))
-        self._eval(self._token_list(tokens), copy_logits)
-
-    def _note_adapters(self, key: AdapterKey) -> None:
-        """Tokens are about to be appended under ``key``: remember what the ledger was evaluated with."""
-        if not self._tokens:
-            self._kv_adapters = key
-        elif key != self._kv_adapters:
-            self._kv_adapters = None  # a mix of adapters: never reused as a prefix
-
-    def _eval(self, tokens: list[int], keep_scores: bool = True) -> None:
-        if len(self._tokens) + len(tokens) > self.n_ctx():
-            if len(tokens) > self.n_ctx():
-                raise ValueError(f"{len(tokens)} tokens do not fit in the context window of {self.n_ctx()}")
-            self._shift_context(len(tokens))
-        self._decode(tokens, keep_scores)
-
-    def _prepare(self, tokens: Sequence[int], adapters: AdapterKey) -> None:
-        """Reuse the longest common prefix with the KV cache, evaluate the rest.
-
-        Only a prefix evaluated with the same adapters is reused.
-        """
-        ctx = self._live_ctx()
-        if self._tokens and adapters != self._kv_adapters:
-            lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
-            self._tokens = []
-        self._kv_adapters = adapters
-        prefix = self.longest_token_prefix(self._tokens, tokens)
-        if prefix == len(tokens):
-            prefix -= 1  # the last token must be evaluated again to get its logits
-        if prefix < len(self._tokens):
-            mem = lib.llama_get_memory(ctx)
-            if prefix <= 0 or not lib.llama_memory_seq_rm(mem, 0, prefix, -1):
-                lib.llama_memory_clear(mem, True)
-                prefix = 0
-            del self._tokens[prefix:]
-        self._eval(list(tokens[prefix:]))
+        ids = self._token_list(tokens)
+        limit = self._live_scheduler().ctx.n_ctx_seq
+        if len(ids) > limit:
+            raise ValueError(f"{len(ids)} tokens do not fit in the context window of {limit}")
+        if not ids:
+            return
+        request = self._request(ids, SamplingParams(), self._adapter_request(active_loras, control_vector),
+                                max_tokens=0, continues=True, read_ahead=0)
+        request.keep_scores = copy_logits
+        scheduler = self._live_scheduler()
+        scheduler.submit(request)
+        try:
+            scheduler.next_event(request)
+        finally:
+            scheduler.cancel(request)
 
     def _sampling(self, overrides: dict[str, Any]) -> SamplingParams:
         values = {k: v for k, v in overrides.items() if v is not None}
@@ -806,26 +753,82 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         return SamplingParams(**values)
 
     def _chain(self, params: SamplingParams) -> SamplerChain:
-        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab, n_ctx=self.n_ctx(),
+        """A native chain for ``params``, primed with the current sequence's tokens."""
+        history = tuple(self._live_scheduler().current.ledger.tokens)
+        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab,
+                                         n_ctx=self._live_scheduler().ctx.n_ctx_seq,
                                          eog_tokens=self._eog_tokens() if params.ignore_eos else (),
-                                         history=tuple(self._tokens)))
+                                         history=history))
 
-    def generate(self, tokens: Sequence[int], *, reset: bool = True,
-                 logits_processor: Callable[..., Any] | None = None,
-                 stopping_criteria: Callable[..., bool] | None = None,
-                 active_loras: Sequence[dict[str, Any]] | None = None,
-                 control_vector: dict[str, Any] | None = None,
-                 **sampling: Any) -> Generator[int, Any, None]:
+    def _request(self, prompt: list[int], params: SamplingParams, adapters: tuple[Any, Any], *,
+                 max_tokens: int, **options: Any) -> Request:
+        """An engine request for ``prompt`` (validated tokens) with these sampling parameters and adapters."""
+        key = self._adapters.key(*adapters)  # type: ignore[union-attr]
+        return Request(prompt=prompt, params=params, max_tokens=max_tokens, adapters=adapters, adapter_key=key,
+                       **options)
+
+    def generate(
+        self,
+        tokens: Sequence[int],
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        temp: float = 0.8,
+        repeat_penalty: float = 1.0,
+        reset: bool = True,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float | None = None,
+        *,
+        present_penalty: float = 0.0,
+        temperature: float | None = None,
+        min_keep: int = 0,
+        top_n_sigma: float = -1.0,
+        dynatemp_range: float = 0.0,
+        dynatemp_exponent: float = 1.0,
+        penalty_last_n: int = 64,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        xtc_probability: float = 0.0,
+        xtc_threshold: float = 0.1,
+        adaptive_target: float = -1.0,
+        adaptive_decay: float = 0.9,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_seq_breakers: Sequence[str] = ("\n", ":", '"', "*"),
+        seed: int | None = None,
+        logit_bias: dict[int, float] | None = None,
+        ignore_eos: bool = False,
+        grammar: LlamaGrammar | None = None,
+        grammar_lazy: bool = False,
+        grammar_triggers: Sequence[str | int] = (),
+        use_infill: bool = False,
+        reasoning_budget: int = -1,
+        reasoning_start: str = "<think>",
+        reasoning_end: str = "</think>",
+        reasoning_budget_message: str | None = None,
+        reasoning_start_in_prompt: bool = False,
+        reasoning_start_max_tokens: int | None = 32,
+        samplers: Sequence[str] | None = None,
+        extra_samplers: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+        logits_processor: Callable[..., Any] | None = None,
+        stopping_criteria: Callable[..., bool] | None = None,
+        active_loras: Sequence[dict[str, Any]] | None = None,
+        control_vector: dict[str, Any] | None = None,
+    ) -> Generator[int, Any, None]:
         """Yield sampled tokens after evaluating ``tokens``, until an end-of-generation token.
 
-        Sampling keywords are those of :class:`~llama_cpp.sampling.SamplingParams`
-        (``temp`` is accepted for ``temperature``).  ``send(tokens)`` to the
-        generator evaluates extra tokens after the one just yielded.
-        ``active_loras``/``control_vector`` as for ``eval``.
+        The sampling keywords are those of :class:`~llama_cpp.sampling.SamplingParams`
+        (``temperature`` is accepted for ``temp``, ``presence_penalty`` for
+        ``present_penalty``).  ``send(tokens)`` to the generator evaluates
+        extra tokens after the one just yielded.  ``active_loras`` and
+        ``control_vector`` as for ``eval``.
         """
-        if "temp" in sampling:
-            sampling["temperature"] = sampling.pop("temp")
-        params = self._sampling(sampling)
+        params = self._sampling(sampling_arguments(Llama.generate, locals()))
         token_list = self._token_list(tokens)
         if not token_list:
             raise ValueError("generate() needs at least one token to start from")
@@ -836,120 +839,114 @@ class Llama(ChatAPI, CompletionAPI, Closing):
                          control_vector: dict[str, Any] | None) -> tuple[Any, Any]:
         """Validate a request's adapters now (not when a lazy generator first runs)."""
         adapters = self._adapters
-        if adapters is None:
+        if adapters is None or self._closed:
             raise RuntimeError("this Llama instance is closed")
         return adapters.select(active_loras), adapters.control_vector(control_vector)
 
-    def sample(self, idx: int = -1, **sampling: Any) -> int:
-        """Sample one token from the logits of the last evaluated token (or output ``idx``) and accept it.
+    def sample(
+        self,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        temp: float = 0.8,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float | None = None,
+        *,
+        present_penalty: float = 0.0,
+        temperature: float | None = None,
+        min_keep: int = 0,
+        top_n_sigma: float = -1.0,
+        dynatemp_range: float = 0.0,
+        dynatemp_exponent: float = 1.0,
+        penalty_last_n: int = 64,
+        mirostat_mode: int = 0,
+        mirostat_tau: float = 5.0,
+        mirostat_eta: float = 0.1,
+        xtc_probability: float = 0.0,
+        xtc_threshold: float = 0.1,
+        adaptive_target: float = -1.0,
+        adaptive_decay: float = 0.9,
+        dry_multiplier: float = 0.0,
+        dry_base: float = 1.75,
+        dry_allowed_length: int = 2,
+        dry_penalty_last_n: int = 64,
+        dry_seq_breakers: Sequence[str] = ("\n", ":", '"', "*"),
+        seed: int | None = None,
+        logit_bias: dict[int, float] | None = None,
+        ignore_eos: bool = False,
+        grammar: LlamaGrammar | None = None,
+        grammar_lazy: bool = False,
+        grammar_triggers: Sequence[str | int] = (),
+        use_infill: bool = False,
+        reasoning_budget: int = -1,
+        reasoning_start: str = "<think>",
+        reasoning_end: str = "</think>",
+        reasoning_budget_message: str | None = None,
+        reasoning_start_in_prompt: bool = False,
+        reasoning_start_max_tokens: int | None = 32,
+        samplers: Sequence[str] | None = None,
+        extra_samplers: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+        logits_processor: Callable[..., Any] | None = None,
+        idx: int | None = None,
+    ) -> int:
+        """Sample one token from the logits of the last decode (or its output ``idx``) and accept it.
 
         The sampling keywords are those of ``generate``; a chain is built for
-        this one call, so stateful samplers (mirostat, penalties) start fresh.
+        this one call, primed with the current sequence's tokens, so stateful
+        samplers (mirostat) start fresh.  ``logits_processor(input_ids,
+        logits)`` may edit the logits first.
         """
-        ctx = self._live_ctx()
-        if not self._tokens:
-            raise RuntimeError("sample() needs evaluated tokens: call eval() first")
-        if "temp" in sampling:
-            sampling["temperature"] = sampling.pop("temp")
-        chain = self._chain(self._sampling(sampling))
-        try:
-            if chain.biased_argmax and len(chain.active) == 1:
-                return int(self.logits_view().argmax()) if idx == -1 else chain.sample(ctx, idx)
-            return chain.sample(ctx, idx)
-        finally:
-            chain.close()
+        scheduler = self._live_scheduler()
+        params = self._sampling(sampling_arguments(Llama.sample, locals()))
+        with scheduler.exclusive():
+            if not scheduler.current.ledger.tokens:
+                raise RuntimeError("sample() needs evaluated tokens: call eval() first")
+            idx = -1 if idx is None else idx
+            chain = self._chain(params)
+            try:
+                if logits_processor is not None:
+                    view = self._logits_at(idx)
+                    edited = logits_processor(self.input_ids, view)
+                    if edited is not view and edited is not None:
+                        view[:] = edited
+                if chain.biased_argmax and len(chain.active) == 1:
+                    return int(self._logits_at(idx).argmax())
+                return chain.sample(scheduler.ctx.ptr, idx)
+            finally:
+                chain.close()
 
     def logits_view(self) -> np.ndarray:
         """The logits of the last evaluated token: a zero-copy float32 view, valid until the next decode."""
-        ptr = lib.llama_get_logits_ith(self._live_ctx(), -1)
-        if ptr == ffi.NULL:
-            raise RuntimeError("no logits are available: nothing was evaluated yet")
-        return np.frombuffer(ffi.buffer(ptr, self._n_vocab * 4), dtype=np.float32)
+        return self._logits_at(-1)
+
+    def _logits_at(self, idx: int) -> np.ndarray:
+        return self._live_scheduler().ctx.logits_row(idx)
 
     def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True,
                   logits_processor: Callable[..., Any] | None = None,
                   stopping_criteria: Callable[..., bool] | None = None,
                   adapters: tuple[Any, Any] | None = None) -> Generator[int, Any, None]:
-        ctx = self._live_ctx()
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError("another generation is already running on this Llama instance")
+        """The tokens of one engine request, read as they are needed (``send`` adds input after the last one).
+
+        The request is submitted when the first token is asked for, so a
+        generator that is never started holds nothing; closing it (or letting
+        it be collected) frees its sequence.
+        """
+        scheduler = self._live_scheduler()
+        request = self._request(tokens, params, adapters or self._adapter_request(None, None),
+                                max_tokens=_UNLIMITED, continues=not reset, logits_processor=logits_processor,
+                                stopping_criteria=stopping_criteria, read_ahead=0)
+        scheduler.submit(request)
         try:
-            self._abort.clear()
-            key = self._adapters.apply(ctx, *(adapters or self._adapter_request(None, None)))  # type: ignore
-            try:
-                if reset:
-                    self._prepare(tokens, key)
-                else:
-                    self._note_adapters(key)
-                    self._eval(tokens)
-            except GenerationAborted:
-                return
-            chain = self._chain(params)
-            try:
-                vocab = self._vocab
-                tok_buf = self._tok_buf
-                one = lib.llama_batch_get_one(tok_buf, 1)  # reused: it points at tok_buf
-                sample, decode, is_eog = lib.llama_sampler_sample, lib.llama_decode, lib.llama_vocab_is_eog
-                chain_ptr = chain.ptr
-                stop_on_eog = not params.ignore_eos
-                aborted = self._abort.is_set
-                n_ctx = self.n_ctx()
-                ledger = self._tokens
-                python_hooks = logits_processor is not None or stopping_criteria is not None
-                ids = _TokenArray(ledger) if python_hooks else None
-                # A chain that is only argmax needs no candidate array of the whole
-                # vocabulary: numpy's argmax over the logits view picks the same token
-                # (the first maximum, as llama.cpp's greedy sampler does) in a tenth of the time.
-                argmax = chain.biased_argmax and logits_processor is None
-                if argmax:
-                    bias = effective_logit_bias(params, self._n_vocab, self._eog_tokens() if params.ignore_eos else ())
-                    bias_ids = np.fromiter(bias.keys(), dtype=np.intp, count=len(bias))
-                    bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-                get_logits, n_bytes, logits_ptr, view = lib.llama_get_logits_ith, self._n_vocab * 4, None, None
-                while not aborted():
-                    if logits_processor is not None:
-                        view = self.logits_view()
-                        edited = logits_processor(ids.view(), view)
-                        if edited is not view and edited is not None:
-                            view[:] = edited
-                    if argmax:
-                        ptr = get_logits(ctx, -1)
-                        if ptr != logits_ptr:
-                            logits_ptr, view = ptr, np.frombuffer(ffi.buffer(ptr, n_bytes), dtype=np.float32)
-                        if len(bias_ids):
-                            view[bias_ids] += bias_values
-                        token = int(view.argmax())
-                    else:
-                        token = sample(chain_ptr, ctx, -1)
-                    if stop_on_eog and is_eog(vocab, token):
-                        return
-                    if stopping_criteria is not None:
-                        ids.append(token)
-                        stop = stopping_criteria(ids.view(), self.logits_view())
-                        ids.pop()
-                        if stop:
-                            return
-                    sent = yield token
-                    if len(ledger) + 1 > n_ctx:
-                        self._shift_context(1)
-                        ledger = self._tokens
-                        if ids is not None:
-                            ids = _TokenArray(ledger)
-                    tok_buf[0] = token
-                    rc = decode(ctx, one)
-                    if rc != 0:
-                        raise RuntimeError(f"llama_decode failed ({rc})")
-                    if self._scores is not None:
-                        self._scores[len(ledger)] = self.logits_view()
-                    ledger.append(token)
-                    if ids is not None:
-                        ids.append(token)
-                    if sent:  # generator.send(tokens): evaluate extra tokens after the sampled one
-                        self._eval(self._token_list(sent))
-                        if ids is not None:
-                            ids = _TokenArray(self._tokens)
-                        ledger = self._tokens
-            finally:
-                chain.close()
+            while True:
+                event = scheduler.next_event(request)
+                if event is None:
+                    return
+                sent = yield event.token
+                if sent:  # generator.send(tokens): evaluate extra tokens after the one just read
+                    request.sent.extend(self._token_list(sent))
         finally:
-            self._lock.release()
+            scheduler.cancel(request)

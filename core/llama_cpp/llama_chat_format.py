@@ -11,7 +11,7 @@ keeps working without the core importing any plugin.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import attrs
 
@@ -120,6 +120,13 @@ def register_chat_format(name: str) -> Callable[[Callable[..., ChatFormatterResp
 
 
 # -- OpenAI shapes ------------------------------------------------------------------
+
+def chat_template_names(metadata: Mapping[str, str]) -> list[str]:
+    """The GGUF's chat templates: ``default`` for ``tokenizer.chat_template``, then each ``tokenizer.chat_template.<name>``."""
+    prefix = "tokenizer.chat_template"
+    return sorted("default" if key == prefix else key[len(prefix) + 1:]
+                  for key in metadata if key == prefix or key.startswith(prefix + "."))
+
 
 def chat_logprobs(logprobs: dict[str, list] | None) -> dict[str, Any] | None:
     """Completion logprobs -> chat ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""

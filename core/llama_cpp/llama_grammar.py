@@ -46,7 +46,7 @@ def validate_gbnf(text: str, root: str = "root") -> None:
     if smpl != ffi.NULL:
         lib.llama_sampler_free(smpl)
         return
-    message = (captured.text + "".join(logged)).strip()
+    message = (captured.text + "".join(logged.messages)).strip()
     match = _AT.search(message)
     if match:
         what, rest = match.group(1), match.group(2)

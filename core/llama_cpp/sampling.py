@@ -8,7 +8,9 @@ of llama.cpp's native samplers, so sampling costs no Python per token.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import functools
+import inspect
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 from llama_cpp_native import ffi, lib
@@ -126,6 +128,44 @@ class SamplingParams:
         for trigger in self.grammar_triggers:
             if isinstance(trigger, bool) or not isinstance(trigger, (str, int)) or trigger == "":
                 raise ValueError(f"grammar_triggers holds words (str) and token ids (int), got {trigger!r}")
+
+
+SAMPLING_FIELDS: frozenset[str] = frozenset(f.name for f in attrs.fields(SamplingParams))
+
+#: The seed API's other names for two fields.  ``generate``/``sample`` call the
+#: temperature ``temp`` and ``create_*`` call it ``temperature``; the seed's
+#: primary name for the presence penalty is ``present_penalty``, with OpenAI's
+#: ``presence_penalty`` accepted as well.
+SAMPLING_ALIASES: Mapping[str, str] = {"temp": "temperature", "present_penalty": "presence_penalty"}
+
+#: Every sampling keyword a public method takes: the record's fields and their aliases.
+SAMPLING_KEYWORDS: frozenset[str] = SAMPLING_FIELDS | frozenset(SAMPLING_ALIASES)
+
+
+@functools.lru_cache(maxsize=None)
+def _signature_defaults(func: Callable[..., Any]) -> Mapping[str, Any]:
+    return {name: p.default for name, p in inspect.signature(func).parameters.items()
+            if name in SAMPLING_KEYWORDS}
+
+
+def sampling_arguments(func: Callable[..., Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`SamplingParams` keywords of a call to ``func`` whose arguments are ``values``.
+
+    Public methods spell every sampling keyword out (so that ``help()``, IDEs
+    and type checkers know them) and pass their ``locals()`` here.  A keyword
+    left at None keeps the record's default.  An alias given a value other
+    than its default replaces its field unless the field was given one too;
+    the seed's primary ``present_penalty`` replaces ``presence_penalty`` even then.
+    """
+    defaults = _signature_defaults(func)
+    out = {name: values[name] for name in defaults if name in SAMPLING_FIELDS and values[name] is not None}
+    for alias, field in SAMPLING_ALIASES.items():
+        value = values.get(alias)
+        if alias not in defaults or value is None or value == defaults[alias]:
+            continue  # the alias was not used
+        if alias == "present_penalty" or out.get(field, defaults.get(field)) == defaults.get(field):
+            out[field] = value
+    return out
 
 
 def effective_logit_bias(params: SamplingParams, n_vocab: int, eog_tokens: Sequence[int]) -> dict[int, float]:

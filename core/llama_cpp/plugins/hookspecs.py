@@ -75,6 +75,10 @@ def llama_cpp_chat_format_from_metadata(metadata: Mapping[str, str]) -> str | No
 def llama_cpp_multimodal_handlers() -> Iterable[MultimodalHandler]:
     """Multimodal chat handlers, by name.
 
+    A handler renders the conversation and turns its media into entries of
+    the request's sequence (chunks that occupy several positions, evaluated
+    in the prefill of that sequence; docs/engine.md).
+
     Example::
 
         @llama_cpp.hookimpl
@@ -87,6 +91,12 @@ def llama_cpp_multimodal_handlers() -> Iterable[MultimodalHandler]:
 def llama_cpp_speculative_engines() -> Iterable[SpeculativeEngine]:
     """Speculative decoding engines, chosen with ``Llama(speculative={"engine": name})``.
 
+    The factory returns a :class:`llama_cpp.engine.Step`: ``feed(seq_id,
+    pending)`` adds the draft after the pending tokens (logits on every
+    row), ``take(seq_id, ctx, sampler, rows, fed)`` verifies it with
+    ``sampler.sample_and_accept_n`` and says how many fed tokens stay; the
+    scheduler rolls back the rest (docs/engine.md).
+
     Example::
 
         @llama_cpp.hookimpl
@@ -98,6 +108,11 @@ def llama_cpp_speculative_engines() -> Iterable[SpeculativeEngine]:
 @hookspec
 def llama_cpp_cache_strategies() -> Iterable[CacheStrategy]:
     """Prompt cache strategies, chosen with ``Llama(cache={"strategy": name})``.
+
+    A cache stores and restores one sequence at a time
+    (:class:`llama_cpp.engine.SequenceSnapshot`: its tokens, adapters and
+    llama.cpp's state of that sequence), so one cache serves every sequence
+    of the engine (docs/engine.md).
 
     Example::
 

@@ -58,7 +58,8 @@ class MultimodalHandler:
 
 @attrs.frozen
 class SpeculativeEngine:
-    """A speculative decoding engine: ``factory(llama, **options)`` returns the engine."""
+    """A speculative decoding engine: ``factory(llama, **options)`` returns the engine's step
+    (:class:`llama_cpp.engine.Step`)."""
 
     name: str = attrs.field(validator=_valid_name)
     factory: Callable[..., Any]

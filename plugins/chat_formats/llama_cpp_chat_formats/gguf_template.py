@@ -11,6 +11,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from llama_cpp.llama_chat_format import chat_template_names
+
 from .handler import complete_chat
 from .jinja import Jinja2ChatFormatter, TemplateError
 
@@ -30,8 +32,7 @@ def formatter_for(llama: Any, name: str = "default") -> Jinja2ChatFormatter:
         key = "tokenizer.chat_template" if name == "default" else f"tokenizer.chat_template.{name}"
         template = llama.metadata.get(key)
         if template is None:
-            known = sorted(k.rsplit(".", 1)[-1] if k != "tokenizer.chat_template" else "default"
-                           for k in llama.metadata if k.startswith("tokenizer.chat_template"))
+            known = chat_template_names(llama.metadata)
             raise TemplateError(f"the model has no chat template {name!r}; it has: {', '.join(known) or 'none'}")
         specials = {"eot_token": llama.token_eot(), "sep_token": llama.token_sep(), "nl_token": llama.token_nl(),
                     "pad_token": llama.token_pad(), "mask_token": llama.token_mask()}

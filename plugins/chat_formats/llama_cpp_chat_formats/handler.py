@@ -14,7 +14,8 @@ from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_c
                                          completion_to_chat_completion)
 from llama_cpp import llama_grammar
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
-from llama_cpp.sampling import SamplingParams
+from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
+from llama_cpp.sampling import SAMPLING_FIELDS
 
 from .streaming import stream_auto_reply, stream_wrapped_call
 from .tool_calls import forced_call_schema, legacy_functions_as_tools, make_tool_call, parse_tool_calls
@@ -25,7 +26,6 @@ _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_fo
 _COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_bias", "logits_processor",
                         "stopping_criteria", "temperature", "top_p", "top_k", "min_p", "typical_p",
                         "presence_penalty", "frequency_penalty", "repeat_penalty", "active_loras", "control_vector"}
-_SAMPLING_FIELDS = {f.name for f in SamplingParams.__attrs_attrs__}  # type: ignore[attr-defined]
 
 
 def _text_of(content: Any) -> str:
@@ -83,10 +83,9 @@ def tools_of(request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any]
 
 
 def tokenize_prompt(llama: Any, prompt: str, added_special: bool) -> list[int]:
-    """Special tokens in the rendered prompt are tokens; BOS is added unless the prompt has it already."""
-    add_bos = not added_special and llama.token_bos() >= 0 and llama.metadata.get(
-        "tokenizer.ggml.add_bos_token", "true") != "false"
-    return llama.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+    """Special tokens in the rendered prompt are tokens; BOS as the vocabulary wants it, unless the
+    template wrote it already."""
+    return text_prompt_tokens(llama, prompt, starts_with_bos=added_special)
 
 
 def completion_arguments(request: dict[str, Any]) -> dict[str, Any]:
@@ -95,12 +94,12 @@ def completion_arguments(request: dict[str, Any]) -> dict[str, Any]:
     ``stop``, ``grammar`` and ``stream`` are left to the caller, which knows
     the format's stop strings and what it constrains or streams.
     """
-    unknown = set(request) - _CHAT_ONLY - _COMPLETION_KEYWORDS - _SAMPLING_FIELDS - {"grammar"}
+    unknown = set(request) - _CHAT_ONLY - _COMPLETION_KEYWORDS - SAMPLING_FIELDS - {"grammar"}
     if unknown:
         raise TypeError(f"create_chat_completion() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     top_logprobs = request.get("top_logprobs")
     kwargs = {k: v for k, v in request.items()
-              if (k in _COMPLETION_KEYWORDS or k in _SAMPLING_FIELDS) and v is not None
+              if (k in _COMPLETION_KEYWORDS or k in SAMPLING_FIELDS) and v is not None
               and k not in ("stop", "stream", "grammar")}
     kwargs["logprobs"] = (top_logprobs or 0) if request.get("logprobs") else None  # logprobs=True alone works
     kwargs["max_tokens"] = request.get("max_tokens")  # None: up to the end of the context
@@ -109,8 +108,7 @@ def completion_arguments(request: dict[str, Any]) -> dict[str, Any]:
 
 def user_stops(request: dict[str, Any], *format_stops: str) -> list[str]:
     """The request's stop strings followed by the format's own."""
-    stop = request.get("stop")
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = stop_list(request.get("stop"))
     return stops + [s for s in format_stops if s and s not in stops]
 
 

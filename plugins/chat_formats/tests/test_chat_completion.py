@@ -296,3 +296,24 @@ def test_seed_readme_reasoning_budget_examples_run(smol: Llama, tags: dict) -> N
         # counting starts at once: after 4 tokens the message and the end tag are forced
         assert "[reasoning budget exhausted]" in content and "</think>" in content
     assert response["object"] == "chat.completion"
+
+
+def test_chat_template_name_selects_a_named_template(tiny_model_factory) -> None:
+    default = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tool_use = "{% for m in messages %}<tool-use {{ m['role'] }}>{{ m['content'] }}</tool-use>{% endfor %}"
+    model = tiny_model_factory(chat_template=default,
+                               extra_metadata=(("tokenizer.chat_template.tool_use", tool_use),))
+    messages = [{"role": "user", "content": "hi"}]
+    with Llama(str(model), n_ctx=256, verbose=False, chat_template_name="tool_use") as llm:
+        assert llm.chat_format == "chat_template.tool_use"
+        out = llm.create_chat_completion(messages, max_tokens=2)
+        assert out["usage"]["prompt_tokens"] == len(llm.tokenize(b"<tool-use user>hi</tool-use>", special=True))
+    with Llama(str(model), n_ctx=256, verbose=False, chat_template_name="default") as llm:
+        out = llm.create_chat_completion(messages, max_tokens=2)
+        assert out["usage"]["prompt_tokens"] == len(llm.tokenize(b"hi", special=True))
+    with pytest.raises(ValueError, match=r"no chat template of that name; it has: default, tool_use"):
+        Llama(str(model), n_ctx=256, verbose=False, chat_template_name="rag")
+    with pytest.raises(ValueError, match="pass one of them"):
+        Llama(str(model), n_ctx=256, verbose=False, chat_template_name="tool_use", chat_format="chatml")
+    with pytest.warns(UserWarning, match="without mmproj_path they are not used"):
+        Llama(str(model), n_ctx=256, verbose=False, chat_handler_kwargs={"verbose": False}).close()

@@ -1,0 +1,193 @@
+"""The context: one ``llama_context``, the batch builder that feeds it, and its memory calls.
+
+Every sequence of a Llama lives in this one context; a sequence is a
+``seq_id`` in the batch rows and in llama.cpp's memory (the KV cache, or the
+recurrent state).  Only the thread that runs the scheduler's tick touches a
+context, so nothing here locks.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from llama_cpp_native import ffi, lib
+
+from .._handles import Batch, NativeHandle
+
+DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
+
+
+class BatchBuilder:
+    """Rows of one ``llama_decode``: token, position, sequence id, and whether the row wants logits.
+
+    The native arrays are written through numpy views, so a prompt chunk of
+    two thousand tokens costs a few vectorised copies, not a Python loop.
+    """
+
+    __slots__ = ("_batch", "capacity", "n", "_token", "_pos", "_n_seq_id", "_logits", "_seq_rows", "_c_token",
+                 "_c_pos", "_c_logits")
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self._batch = Batch(capacity, n_seq_max)
+        b = self._batch.batch
+        self.capacity = capacity
+        self.n = 0
+        self._token = np.frombuffer(ffi.buffer(b.token, capacity * 4), dtype=np.int32)
+        self._pos = np.frombuffer(ffi.buffer(b.pos, capacity * 4), dtype=np.int32)
+        self._n_seq_id = np.frombuffer(ffi.buffer(b.n_seq_id, capacity * 4), dtype=np.int32)
+        self._logits = np.frombuffer(ffi.buffer(b.logits, capacity), dtype=np.int8)
+        self._n_seq_id[:] = 1
+        self._seq_rows = [b.seq_id[i] for i in range(capacity)]
+        self._c_token, self._c_pos, self._c_logits = b.token, b.pos, b.logits  # for one row at a time
+
+    @property
+    def room(self) -> int:
+        return self.capacity - self.n
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, tokens: list[int], first_pos: int, seq_id: int, logits: str) -> int:
+        """Append ``tokens`` of ``seq_id`` at positions ``first_pos...``; returns the first row's index.
+
+        ``logits`` is ``"none"``, ``"last"`` or ``"all"``: which of these rows
+        llama.cpp computes logits for.
+        """
+        start, count = self.n, len(tokens)
+        end = start + count
+        if end > self.capacity:
+            raise ValueError(f"{count} more tokens do not fit in a batch of {self.capacity} ({start} used)")
+        self._token[start:end] = tokens
+        self._pos[start:end] = np.arange(first_pos, first_pos + count, dtype=np.int32)
+        self._logits[start:end] = 1 if logits == "all" else 0
+        if logits == "last" and count:
+            self._logits[end - 1] = 1
+        rows = self._seq_rows
+        for i in range(start, end):
+            rows[i][0] = seq_id
+        self.n = end
+        return start
+
+    def add_one(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token (the decode step's usual row) without numpy's per-call overhead."""
+        i = self.n
+        if i >= self.capacity:
+            raise ValueError(f"the batch of {self.capacity} tokens is full")
+        self._c_token[i] = token
+        self._c_pos[i] = pos
+        self._c_logits[i] = logits
+        self._seq_rows[i][0] = seq_id
+        self.n = i + 1
+        return i
+
+    def native(self) -> Any:
+        self._batch.batch.n_tokens = self.n
+        return self._batch.batch
+
+    def close(self) -> None:
+        self._batch.close()
+
+
+class Context:
+    """A ``llama_context`` with its memory, its batch and an abort switch."""
+
+    __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
+                 "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view")
+
+    def __init__(self, handle: NativeHandle, n_vocab: int) -> None:
+        self.handle = handle
+        self.ptr = handle.ptr
+        self.mem = lib.llama_get_memory(self.ptr)
+        self.n_vocab = n_vocab
+        self.n_ctx: int = lib.llama_n_ctx(self.ptr)
+        self.n_ctx_seq: int = lib.llama_n_ctx_seq(self.ptr)
+        self.n_batch: int = lib.llama_n_batch(self.ptr)
+        self.n_seq_max: int = lib.llama_n_seq_max(self.ptr)
+        self.batch = BatchBuilder(self.n_batch, self.n_seq_max)
+        self._abort = threading.Event()
+        flag = self._abort.is_set
+        self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: flag())
+        self._interruptible = False
+        self._row_ptr: Any = None  # the last row handed out, and its view (one sequence reads the same row)
+        self._row_view: np.ndarray | None = None
+
+    # -- decoding ---------------------------------------------------------------
+    def decode(self) -> int:
+        """Decode the batch; the status of ``llama_decode`` (``DECODE_ABORTED`` after ``abort``).
+
+        The abort callback runs once per graph node, which costs more than a
+        one-token decode is worth, so it is only installed for bigger batches.
+        """
+        interruptible = self.batch.n > 32
+        if interruptible != self._interruptible:
+            if interruptible:
+                lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
+            else:
+                lib.llama_set_abort_callback(self.ptr, ffi.NULL, ffi.NULL)
+            self._interruptible = interruptible
+        return lib.llama_decode(self.ptr, self.batch.native())
+
+    def request_abort(self) -> None:
+        """Make a running decode return ``DECODE_ABORTED`` (any thread)."""
+        self._abort.set()
+
+    def clear_abort(self) -> None:
+        self._abort.clear()
+
+    def logits_row(self, row: int) -> np.ndarray:
+        """The logits of batch row ``row`` (-1: the last output): a zero-copy view, valid until the next decode."""
+        ptr = lib.llama_get_logits_ith(self.ptr, row)
+        if ptr == self._row_ptr:
+            return self._row_view  # type: ignore[return-value]
+        if ptr == ffi.NULL:
+            raise RuntimeError(f"no logits are available at output {row}: nothing was evaluated there")
+        view = np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32)
+        self._row_ptr, self._row_view = ptr, view
+        return view
+
+    # -- memory -------------------------------------------------------------------
+    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
+        return bool(lib.llama_memory_seq_rm(self.mem, seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        lib.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+
+    def seq_shift(self, seq_id: int, p0: int, delta: int) -> None:
+        lib.llama_memory_seq_add(self.mem, seq_id, p0, -1, delta)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """The last position ``seq_id`` holds in memory (-1: empty)."""
+        return lib.llama_memory_seq_pos_max(self.mem, seq_id)
+
+    def can_shift(self) -> bool:
+        return bool(lib.llama_memory_can_shift(self.mem))
+
+    def clear(self) -> None:
+        lib.llama_memory_clear(self.mem, True)
+
+    # -- state --------------------------------------------------------------------
+    def seq_state(self, seq_id: int) -> bytes:
+        """llama.cpp's serialized state of one sequence."""
+        size = lib.llama_state_seq_get_size(self.ptr, seq_id)
+        buf = ffi.new("uint8_t[]", size)
+        written = lib.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        return ffi.buffer(buf, written)[:]
+
+    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+        """Load a sequence state into ``seq_id``; False if llama.cpp refused it."""
+        return lib.llama_state_seq_set_data(self.ptr, data, len(data), seq_id) == len(data) and len(data) > 0
+
+    def state(self) -> bytes:
+        size = lib.llama_state_get_size(self.ptr)
+        buf = ffi.new("uint8_t[]", size)
+        written = lib.llama_state_get_data(self.ptr, buf, size)
+        return ffi.buffer(buf, written)[:]
+
+    def set_state(self, data: bytes) -> int:
+        return lib.llama_state_set_data(self.ptr, data, len(data))
+
+    def close(self) -> None:
+        self.batch.close()
+        self.handle.close()

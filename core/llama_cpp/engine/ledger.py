@@ -1,0 +1,130 @@
+"""The ledger of one sequence: what its part of llama.cpp's memory holds.
+
+A sequence's memory holds the tokens at positions ``0..n-1`` (a media chunk
+will later hold several positions), evaluated under one set of adapters.
+The ledger mirrors that exactly, so that a new request can reuse the longest
+common prefix, a context shift can drop the middle, and a snapshot of one
+sequence can be taken and put back (the contract of the prompt caches).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+import numpy as np
+
+from .._adapters import NO_ADAPTERS, AdapterKey
+from .context import Context
+
+
+@attrs.frozen
+class SequenceSnapshot:
+    """One sequence's tokens and llama.cpp's serialized state of it (``llama_state_seq_get_data``)."""
+
+    tokens: tuple[int, ...]
+    state: bytes = attrs.field(repr=lambda s: f"<{len(s)} bytes>")
+    adapters: AdapterKey | None = NO_ADAPTERS
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state) + 4 * len(self.tokens)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Ledger:
+    """The tokens one sequence holds in memory, and the adapters they were evaluated with.
+
+    ``adapters`` is None when the tokens were evaluated under a mix of
+    adapter sets: such a ledger is never reused as a prefix.  With
+    ``logits_all`` the ledger also keeps each token's logits row (``scores``),
+    moved together with the tokens when the context shifts.
+    """
+
+    __slots__ = ("seq_id", "tokens", "adapters", "scores")
+
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.tokens: list[int] = []
+        self.adapters: AdapterKey | None = NO_ADAPTERS
+        self.scores: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def note_adapters(self, key: AdapterKey) -> None:
+        """Tokens are about to be appended under ``key``."""
+        if not self.tokens:
+            self.adapters = key
+        elif key != self.adapters:
+            self.adapters = None  # a mix: never reused as a prefix
+
+    def reusable_prefix(self, tokens: Sequence[int], adapters: AdapterKey) -> int:
+        """How much of ``tokens`` this sequence already holds, evaluated under ``adapters``."""
+        if adapters != self.adapters:
+            return 0
+        return common_prefix(self.tokens, tokens)
+
+    def truncate(self, ctx: Context, n: int) -> int:
+        """Keep the first ``n`` tokens; returns how many are kept (0 if memory cannot drop a suffix)."""
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        if n <= 0 or not ctx.seq_rm(self.seq_id, n, -1):
+            ctx.seq_rm(self.seq_id, 0, -1)
+            n = 0
+        del self.tokens[n:]
+        return n
+
+    def clear(self, ctx: Context) -> None:
+        ctx.seq_rm(self.seq_id, 0, -1)
+        self.tokens = []
+        self.adapters = NO_ADAPTERS
+
+    def shift(self, ctx: Context, n_keep: int, incoming: int) -> None:
+        """Make room for ``incoming`` tokens: discard old ones after the first ``n_keep``.
+
+        Discards ``max(needed, (n - keep) // 2)`` tokens (llama.cpp's rule),
+        keeping ``min(n_keep, n - needed)`` so that something is discarded.
+        """
+        if not ctx.can_shift():
+            raise RuntimeError(
+                f"the context is full ({len(self.tokens)} + {incoming} > {ctx.n_ctx_seq} tokens per sequence) "
+                "and this model's memory cannot shift; increase n_ctx")
+        n_past = len(self.tokens)
+        required = n_past + incoming - ctx.n_ctx_seq
+        keep = min(n_keep, n_past - required)
+        discard = max(required, (n_past - keep) // 2)
+        ctx.seq_rm(self.seq_id, keep, keep + discard)
+        ctx.seq_shift(self.seq_id, keep + discard, -discard)
+        if self.scores is not None:
+            self.scores[keep:n_past - discard] = self.scores[keep + discard:n_past]
+        del self.tokens[keep:keep + discard]
+
+    def keep_scores(self, n_ctx: int, n_vocab: int) -> np.ndarray:
+        """The logits rows of this sequence's tokens (allocated on first use, with ``logits_all``)."""
+        if self.scores is None:
+            self.scores = np.zeros((n_ctx, n_vocab), dtype=np.float32)
+        return self.scores
+
+    def snapshot(self, ctx: Context) -> SequenceSnapshot:
+        return SequenceSnapshot(tokens=tuple(self.tokens), state=ctx.seq_state(self.seq_id), adapters=self.adapters)
+
+    def restore(self, ctx: Context, snapshot: SequenceSnapshot) -> None:
+        """Replace this sequence's memory with ``snapshot``; ValueError if llama.cpp refuses it."""
+        ctx.seq_rm(self.seq_id, 0, -1)
+        if not ctx.set_seq_state(self.seq_id, snapshot.state):
+            self.tokens = []
+            self.adapters = NO_ADAPTERS
+            raise ValueError("llama.cpp did not accept the sequence state: was it saved from another model "
+                             "or with other context parameters?")
+        self.tokens = list(snapshot.tokens)
+        self.adapters = snapshot.adapters

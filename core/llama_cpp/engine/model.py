@@ -1,0 +1,86 @@
+"""The model: weights and vocabulary, shared by every sequence; no context.
+
+Everything here is read-only once loaded, so any thread may call it while
+another runs a decode.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+from llama_cpp_native import ffi, lib
+
+from .._handles import NativeHandle
+
+
+class Model:
+    """A loaded ``llama_model`` and its vocabulary, owned through ``handle``."""
+
+    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "_eog", "_eog_set")
+
+    def __init__(self, handle: NativeHandle) -> None:
+        self.handle = handle
+        self.ptr = handle.ptr
+        self.vocab = lib.llama_model_get_vocab(self.ptr)
+        self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
+        self._eog: list[int] | None = None
+        self._eog_set: frozenset[int] | None = None
+
+    def close(self) -> None:
+        """Free the model (idempotent); what was made from it must be freed first or be told."""
+        self.handle.close()
+
+    # -- vocabulary -----------------------------------------------------------
+    @property
+    def bos(self) -> int:
+        return lib.llama_vocab_bos(self.vocab)
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the vocabulary wants BOS in front of a text prompt (and has one)."""
+        return bool(lib.llama_vocab_get_add_bos(self.vocab)) and self.bos >= 0
+
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token (computed once: it scans the vocabulary)."""
+        if self._eog is None:
+            vocab, is_eog = self.vocab, lib.llama_vocab_is_eog
+            self._eog = [t for t in range(self.n_vocab) if is_eog(vocab, t)]
+            self._eog_set = frozenset(self._eog)
+        return self._eog
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lib.llama_vocab_is_eog(self.vocab, token))
+
+    def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
+        capacity = len(text) + 2
+        buf = ffi.new("llama_token[]", capacity)
+        n = lib.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_bos, special)
+        if n < 0:
+            capacity = -n
+            buf = ffi.new("llama_token[]", capacity)
+            n = lib.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_bos, special)
+            if n < 0:
+                raise RuntimeError(f"tokenization failed for {len(text)} bytes")
+        return list(buf[0:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (a fresh buffer per call, so threads never share one)."""
+        buf = ffi.new("char[]", 64)
+        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ffi.new("char[]", -n)
+            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return ffi.buffer(buf, n)[:]
+
+    def token_ids(self, tokens: Sequence[Any]) -> list[int]:
+        """Token ids as Python ints (numpy integers welcome), each checked against the vocabulary."""
+        try:
+            ids = [operator.index(t) for t in tokens]
+        except TypeError:
+            raise TypeError("token ids must be integers") from None
+        n_vocab = self.n_vocab
+        for t in ids:
+            if not 0 <= t < n_vocab:
+                raise ValueError(f"token id {t} is outside the vocabulary (0..{n_vocab - 1})")
+        return ids

@@ -1,0 +1,99 @@
+"""Request normalisation, once, before the engine: what completion, chat and the server all need.
+
+Each function turns one loosely typed argument of the seed API into the one
+form the engine takes, or raises a ValueError that says what was wrong and
+what is allowed.  (The sampling keywords are folded into
+:class:`~llama_cpp.sampling.SamplingParams` by ``sampling_arguments``.)
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+
+
+def stop_list(stop: str | Sequence[str] | None) -> list[str]:
+    """``stop`` as a list of non-empty strings (a string is one stop; None is none)."""
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    for s in stops:
+        if not isinstance(s, str):
+            raise ValueError(f"stop must be a string or a list of strings, got {s!r} in it")
+    return [s for s in stops if s]
+
+
+def text_prompt_tokens(llama: Any, text: str, *, starts_with_bos: bool = False) -> list[int]:
+    """The tokens of a text prompt, raw or rendered from a chat template.
+
+    Special tokens spelled in the text are tokens; BOS goes in front when the
+    vocabulary asks for it (as llama.cpp's own tools decide) unless the text
+    already starts with it (a template that writes BOS itself).
+    """
+    add_bos = llama.add_bos_token() and not starts_with_bos
+    return llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+
+def prompt_list(prompt: Any) -> tuple[list[str | list[int]], bool]:
+    """The prompts of a completion request, and whether a list of several was given.
+
+    A prompt is a string or a list of token ids; OpenAI's completions API
+    also takes a list of strings or a list of token lists.
+    """
+    if isinstance(prompt, str):
+        return [prompt], False
+    if isinstance(prompt, (bytes, bytearray)):
+        raise ValueError("prompt must be text (str) or token ids, not bytes; decode it first")
+    try:
+        items = list(prompt)
+    except TypeError:
+        raise ValueError(f"prompt must be a string, a list of token ids, or a list of those; got "
+                         f"{type(prompt).__name__}") from None
+    if not items or all(_is_token(t) for t in items):
+        return [items], False
+    prompts: list[str | list[int]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            prompts.append(item)
+        elif not isinstance(item, (bytes, bytearray, dict)) and _is_token_list(item):
+            prompts.append(list(item))
+        else:
+            raise ValueError(f"prompt[{i}] is {item!r}: a prompt list holds strings or lists of token ids")
+    return prompts, True
+
+
+def _is_token(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _is_token_list(value: Any) -> bool:
+    try:
+        return all(_is_token(t) for t in value)
+    except TypeError:
+        return False
+
+
+def choice_count(n: Any) -> int:
+    """``n``, the number of choices per prompt: an integer of at least 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1 (the number of choices per prompt), got {n!r}")
+    return n
+
+
+def new_token_limit(max_tokens: int | None, n_prompt: int, limit: int) -> int:
+    """How many tokens a completion may generate: ``max_tokens``, or (None or <= 0) the rest of the
+    context, never more than the context has room for after the prompt."""
+    if n_prompt >= limit:
+        raise ValueError(f"the prompt has {n_prompt} tokens, more than fit in the context window of {limit} "
+                         "tokens (n_ctx, per sequence)")
+    room = limit - n_prompt
+    if max_tokens is None or max_tokens <= 0 or max_tokens > room:
+        return room
+    return max_tokens

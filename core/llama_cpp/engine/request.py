@@ -1,0 +1,92 @@
+"""A request to the engine: a prompt, how to sample, when to stop, and where its tokens go.
+
+A request is created by the facade (``Llama.generate``, ``create_completion``
+and everything built on them) from already normalised input, handed to the
+scheduler, and read by exactly one consumer.  The scheduler's tick writes
+its events; the consumer takes them.  Both sides meet under the engine's
+lock, which is the only state they share.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable
+
+import attrs
+import numpy as np
+
+from .._adapters import NO_ADAPTERS, AdapterKey
+from ..sampling import SamplingParams
+
+
+@attrs.frozen
+class TokenEvent:
+    """One generated token, with its logprob and the top alternatives when the request asked for them."""
+
+    token: int
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+class RequestState:
+    WAITING = "waiting"  # not yet given a sequence
+    PREFILL = "prefill"  # its prompt is being evaluated
+    FORKED = "forked"  # one of n choices: waits for the first choice's prompt, then copies it
+    RUNNING = "running"  # generating
+    DONE = "done"
+
+
+@attrs.define(eq=False)
+class Request:
+    """One generation in one sequence.
+
+    ``max_tokens`` bounds the tokens generated (finish "length");
+    ``read_ahead`` is how many generated tokens may wait unread before the
+    sequence pauses (a stream nobody reads does not run on forever, and does
+    not hold the others up: it only keeps its sequence); with 0 the sequence
+    advances only while its reader waits for it, which ``generate`` needs so
+    that tokens sent into the generator come right after the one just read.
+    ``continues`` asks for no prefix matching: the prompt is evaluated after
+    what the sequence ``seq_hint`` already holds (``generate(reset=False)``).
+    ``fork_of`` is the first of the ``n`` choices of one prompt: this one
+    copies its evaluated prompt instead of evaluating it again.
+    """
+
+    prompt: list[int]
+    params: SamplingParams
+    max_tokens: int
+    adapters: tuple[Any, Any] = (None, None)  # (LoRA selection, control vector) as Adapters.select/... return
+    adapter_key: AdapterKey = NO_ADAPTERS
+    logits_processor: Callable[..., Any] | None = None
+    stopping_criteria: Callable[..., bool] | None = None
+    logprobs: int | None = None  # how many top alternatives to report per token (None: no logprobs)
+    keep_prompt_logits: bool = False  # echo with logits_all: hand the prompt's logits rows over
+    keep_scores: bool = True  # with logits_all, keep the rows in the ledger (eval(copy_logits=False) does not)
+    read_ahead: int = 8
+    continues: bool = False
+    seq_hint: int | None = None
+    fork_of: Request | None = None
+    # filled in by the engine
+    state: str = RequestState.WAITING
+    seq_id: int | None = None
+    events: collections.deque = attrs.field(factory=collections.deque)
+    finish_reason: str | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+    wanted: bool = False  # its reader is waiting for its next token
+    owner: int = attrs.field(factory=threading.get_ident)
+    sent: list[int] = attrs.field(factory=list)  # tokens the caller sent in, to evaluate after the last one
+    prompt_logits: np.ndarray | None = None
+    n_generated: int = 0
+    n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
+
+    @property
+    def finished(self) -> bool:
+        return self.state == RequestState.DONE
+
+    def finish(self, reason: str, error: BaseException | None = None) -> None:
+        if self.state != RequestState.DONE:
+            self.state = RequestState.DONE
+            self.finish_reason = reason
+            self.error = error

@@ -1,0 +1,139 @@
+"""The sampling state of one sequence: its native chain, its Python hooks, and the argmax fast path.
+
+A chain is built per request from the registered sampler stages (the
+samplers plugin), so each sequence has its own seed, penalties, grammar and
+mirostat state.  Nothing here writes into llama.cpp's logits buffer except a
+user's ``logits_processor``, whose edits are what the user asked the chain to
+sample from; logprobs and stopping criteria see the row as llama.cpp
+computed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from llama_cpp_native import lib
+
+from ..sampling import ChainContext, SamplerChain, SamplingParams, effective_logit_bias
+from .context import Context
+
+
+class TokenHistory:
+    """The tokens of a sequence as a growing numpy array, so hooks get them without an O(n) copy per token."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.buf = np.empty(max(64, 2 * len(tokens)), dtype=np.intc)
+        self.buf[: len(tokens)] = tokens
+        self.n = len(tokens)
+
+    def append(self, token: int) -> None:
+        if self.n == len(self.buf):
+            self.buf = np.concatenate([self.buf, np.empty_like(self.buf)])
+        self.buf[self.n] = token
+        self.n += 1
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.append(token)
+
+    def view(self, extra: int | None = None) -> np.ndarray:
+        """The tokens so far (and ``extra`` after them, not kept)."""
+        if extra is None:
+            return self.buf[: self.n]
+        self.append(extra)
+        self.n -= 1
+        return self.buf[: self.n + 1]
+
+
+class SequenceSampler:
+    """Chooses each next token of one sequence from its logits row.
+
+    A chain that is only argmax (after at most a logit bias) needs no
+    candidate array of the whole vocabulary: numpy's argmax over the row picks
+    the same token as llama.cpp's greedy sampler (the first maximum), and the
+    bias is accounted for without touching the row.
+    """
+
+    __slots__ = ("params", "chain", "_argmax", "_bias_ids", "_bias_values", "_banned", "_finite", "_processor",
+                 "_stop", "history")
+
+    def __init__(self, params: SamplingParams, chain_context: ChainContext, prompt: Sequence[int],
+                 logits_processor: Callable[..., Any] | None = None,
+                 stopping_criteria: Callable[..., bool] | None = None) -> None:
+        self.params = params
+        self.chain = SamplerChain(chain_context)
+        self._processor = logits_processor
+        self._stop = stopping_criteria
+        self.history = TokenHistory(prompt) if logits_processor is not None or stopping_criteria is not None else None
+        self._argmax = self.chain.biased_argmax and logits_processor is None
+        bias = effective_logit_bias(params, chain_context.n_vocab, chain_context.eog_tokens) if self._argmax else {}
+        order = sorted(bias)  # ascending ids: among equal values the lowest id wins, as in a full argmax
+        self._bias_ids = np.asarray(order, dtype=np.intp)
+        self._bias_values = np.asarray([bias[t] for t in order], dtype=np.float32)
+        self._banned = frozenset(bias)  # tokens whose raw score must not decide alone
+        self._finite = any(v != float("-inf") for v in bias.values())  # -inf alone (ignore_eos) cannot win
+
+    def sample(self, ctx: Context, row: int) -> tuple[int, np.ndarray | None]:
+        """The next token from batch row ``row``, and the raw row if a processor edited the buffer."""
+        raw = None
+        if self._processor is not None:
+            view = ctx.logits_row(row)
+            raw = view.copy()
+            edited = self._processor(self.history.view(), view)  # type: ignore[union-attr]
+            if edited is not view and edited is not None:
+                view[:] = edited
+        if self._argmax:
+            return self._biased_argmax(ctx.logits_row(row)), None
+        return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row), raw
+
+    def _biased_argmax(self, row: np.ndarray) -> int:
+        best = int(row.argmax())
+        if not self._banned:
+            return best
+        if best in self._banned:  # the raw winner is biased: rank every token
+            shifted = row.copy()
+            shifted[self._bias_ids] += self._bias_values
+            return int(shifted.argmax())
+        if not self._finite:
+            return best
+        ids = self._bias_ids
+        biased = row[ids] + self._bias_values
+        j = int(biased.argmax())
+        if biased[j] > row[best] or (biased[j] == row[best] and ids[j] < best):
+            return int(ids[j])
+        return best
+
+    def stops(self, token: int, logits: np.ndarray) -> bool:
+        """The request's stopping criteria on the ids including ``token`` and the row it came from."""
+        if self._stop is None:
+            return False
+        return bool(self._stop(self.history.view(token), logits))  # type: ignore[union-attr]
+
+    def accepted(self, tokens: Sequence[int]) -> None:
+        """``tokens`` joined the sequence (sampled and kept, or sent in by the caller)."""
+        if self.history is not None:
+            self.history.extend(tokens)
+
+    def sample_and_accept_n(self, ctx: Context, rows: Sequence[int], draft: Sequence[int]) -> list[int]:
+        """Verification: sample row ``rows[i]`` while it agrees with ``draft[i]``.
+
+        Returns the accepted draft prefix plus the first token that differs
+        (or the token after the whole draft); ``len(rows)`` must be
+        ``len(draft) + 1``.  A speculative step decodes the last token and
+        the draft in one batch and calls this.
+        """
+        if len(rows) != len(draft) + 1:
+            raise ValueError(f"{len(rows)} logits rows for a draft of {len(draft)} tokens (need one more)")
+        out: list[int] = []
+        for i, row in enumerate(rows):
+            token, _raw = self.sample(ctx, row)
+            out.append(token)
+            if i == len(draft) or token != draft[i]:
+                break
+        return out
+
+    def close(self) -> None:
+        self.chain.close()

@@ -1,0 +1,565 @@
+"""The scheduler: many requests, one context, one ``llama_decode`` per tick.
+
+Requests wait in arrival order for a free sequence (a *slot*: a ``seq_id``
+below ``n_seq_max`` with its ledger).  Each tick the scheduler retires
+cancelled requests, admits waiting ones (into the free slot whose ledger
+shares the longest prefix with the prompt), packs the pending tokens of every
+running sequence and then prompt chunks into one batch, decodes it, and
+samples every sequence from its own logits row.  Sequences whose adapters
+differ are never in the same batch: adapters are set on the whole context,
+so each tick serves one adapter set, the one that has waited longest.
+
+No thread is dedicated to this.  A caller that wants its next token and finds
+none becomes the *driver* and runs ticks until it has one, serving every
+other sequence on the way; the other callers wait on a condition and are
+woken after each tick.  A single caller therefore decodes on its own thread
+with no hand-off per token, and many callers batch together without a
+server loop.  User hooks (logits processors, stopping criteria) run on the
+driver's thread, outside the engine's lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from typing import Iterator, Sequence
+
+import attrs
+import numpy as np
+
+from .._adapters import Adapters
+from ..sampling import ChainContext
+from .context import DECODE_ABORTED, Context
+from .ledger import Ledger
+from .model import Model
+from .request import Request, RequestState, TokenEvent
+from .sampler import SequenceSampler
+from .step import PlainStep, Sampled, Step
+
+
+class Slot:
+    """A sequence id, its ledger, and the request it serves (if any)."""
+
+    __slots__ = ("seq_id", "ledger", "request", "sampler", "pending", "prefill_at", "last_used", "forks")
+
+    def __init__(self, seq_id: int) -> None:
+        self.seq_id = seq_id
+        self.ledger = Ledger(seq_id)
+        self.request: Request | None = None
+        self.sampler: SequenceSampler | None = None
+        self.pending: list[int] = []  # tokens to decode next (the last sampled one, and any sent in)
+        self.prefill_at = 0  # next prompt token to evaluate
+        self.last_used = 0.0  # when it last decoded: the least recently used slot is reused first
+        self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
+
+
+@attrs.define
+class _Outcome:
+    """What one sequence's samples of a tick amount to, worked out before taking the lock."""
+
+    events: list[TokenEvent] = attrs.field(factory=list)
+    finish: str | None = None
+    error: BaseException | None = None
+
+
+def token_logprob(row: np.ndarray, token: int, top_n: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log softmax of ``token`` in ``row`` and the ``top_n`` best tokens, without changing the row."""
+    peak = float(row.max())
+    log_norm = peak + float(np.log(np.exp(row - peak).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if top_n > 0:
+        best = np.argpartition(row, -top_n)[-top_n:]
+        top = tuple((int(t), float(row[t]) - log_norm) for t in best[np.argsort(-row[best], kind="stable")])
+    return float(row[token]) - log_norm, top
+
+
+class Scheduler:
+    """Serves requests from any number of threads in one context (see the module's docstring)."""
+
+    def __init__(self, model: Model, ctx: Context, adapters: Adapters, *, n_keep: int, logits_all: bool,
+                 max_outputs: int = 0, step: Step | None = None) -> None:
+        self.model = model
+        self.max_outputs = max_outputs or ctx.n_batch  # logits rows one decode may ask for (n_outputs_max)
+        self.ctx = ctx
+        self.adapters = adapters
+        self.n_keep = n_keep
+        self.logits_all = logits_all
+        self.step: Step = step or PlainStep()
+        self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.current = self.slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
+        # re-entrant: a stream that the garbage collector finalizes inside our own critical section
+        # cancels itself through this lock
+        self._mutex = threading.RLock()
+        self._changed = threading.Condition(self._mutex)
+        self._driving = False
+        self._epoch = 0  # bumped whenever something a stalled driver may be waiting for happens
+        self._waiters = 0
+        self._abort_pending = False
+        # counters (tests, benchmarks, a server's metrics)
+        self.n_decodes = 0  # llama_decode calls
+        self.n_tokens_decoded = 0  # batch rows decoded
+        self.n_prompt_tokens = 0  # prompt tokens evaluated (not reused from a prefix or a fork)
+        self.n_generated_tokens = 0  # tokens handed to requests
+
+    # -- the callers' side ------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        """Queue ``request``; RuntimeError if it could only ever wait on its own thread's streams."""
+        limit = self.ctx.n_ctx_seq
+        if len(request.prompt) >= limit and not request.continues:
+            raise ValueError(f"the prompt has {len(request.prompt)} tokens, more than fit in the context window "
+                             f"of {limit} tokens per sequence (n_ctx {self.ctx.n_ctx}, n_seq_max "
+                             f"{self.ctx.n_seq_max})")
+        with self._mutex:
+            me = threading.get_ident()
+            holders = [s.request for s in self._candidate_slots(request)]
+            if all(r is not None and not r.cancelled and r.owner == me for r in holders):
+                raise RuntimeError(
+                    f"every sequence this call could use (n_seq_max={self.ctx.n_seq_max}) is held by a generation "
+                    "this thread started and has not finished (a stream or generator still open): the call would "
+                    "wait for itself forever. Finish or close() that stream first, or create the Llama with a "
+                    "larger n_seq_max")
+            self.waiting.append(request)
+            self._bump()
+
+    def next_event(self, request: Request) -> TokenEvent | None:
+        """The request's next token (None once it has finished), running ticks while none is ready."""
+        return self.next_of([request])[1]
+
+    def next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]:
+        """The next token of the first of ``requests`` that has one, or a request that has finished
+        (with None); runs ticks while neither is ready.  A finished request's error is raised here."""
+        mutex = self._mutex
+        me = threading.get_ident()
+        for request in requests:
+            request.owner = me
+        while True:
+            with mutex:
+                for request in requests:
+                    if request.events:
+                        event = request.events.popleft()
+                        if len(request.events) + 1 >= request.read_ahead:
+                            self._bump()  # it may have been paused: a stalled driver can go on
+                        self._unwant(requests)
+                        return request, event
+                for request in requests:
+                    if request.state == RequestState.DONE:
+                        self._unwant(requests)
+                        if request.error is not None:
+                            error, request.error = request.error, None
+                            raise error
+                        return request, None
+                for request in requests:
+                    request.wanted = True
+                if self._driving:
+                    self._wait()
+                    continue
+                self._driving = True
+                epoch = self._epoch
+            progressed = False
+            try:
+                progressed = self._tick()
+            finally:
+                with mutex:
+                    self._driving = False
+                    if self._waiters:
+                        self._changed.notify_all()
+                    if not progressed and epoch == self._epoch and not any(
+                            r.events or r.state == RequestState.DONE for r in requests):
+                        self._wait()  # nothing can move until another thread reads, closes or submits
+
+    @staticmethod
+    def _unwant(requests: Sequence[Request]) -> None:
+        for request in requests:
+            request.wanted = False
+
+    def cancel(self, request: Request) -> None:
+        """Stop ``request`` alone (finish "abort"); its sequence is freed at the next tick.
+
+        Only flags change here (a waiting request stays queued, finished, until
+        admission skips it), so a cancel from a finalizer that runs inside one
+        of the scheduler's own critical sections disturbs nothing.
+        """
+        with self._mutex:
+            if request.state == RequestState.DONE:
+                return
+            request.cancelled = True
+            if request.state == RequestState.WAITING:
+                request.finish("abort")
+            self._bump()
+
+    def abort(self) -> None:
+        """Abort every request admitted or waiting now (finish "abort"); later requests run normally."""
+        with self._mutex:
+            for request in [*self.waiting, *(s.request for s in self.slots if s.request is not None)]:
+                request.cancelled = True
+                if request.state == RequestState.WAITING:
+                    request.finish("abort")
+            self._abort_pending = True
+            self.ctx.request_abort()
+            self._bump()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile."""
+        with self._mutex:
+            while self._driving:
+                self._wait()
+            self._driving = True
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._driving = False
+                self._bump()
+
+    def busy(self, slot: Slot) -> bool:
+        request = slot.request
+        return request is not None and not request.cancelled
+
+    def _candidate_slots(self, request: Request) -> list[Slot]:
+        if request.continues:
+            return [self.slots[request.seq_hint if request.seq_hint is not None else self.current.seq_id]]
+        return self.slots
+
+    def _wait(self) -> None:
+        """Wait for a change (mutex held); the timeout only bounds the cost of a missed wake-up."""
+        self._waiters += 1
+        self._changed.wait(timeout=1.0)
+        self._waiters -= 1
+
+    def _bump(self) -> None:
+        """Something changed that a stalled driver or a waiting caller may wait for (mutex held)."""
+        self._epoch += 1
+        if self._waiters:
+            self._changed.notify_all()
+
+    # -- the tick ---------------------------------------------------------------------------
+    def _tick(self) -> bool:
+        """One decode for every sequence that can advance; False if nothing could."""
+        ctx = self.ctx
+        with self._mutex:
+            if self._abort_pending:
+                self._abort_pending = False
+                ctx.clear_abort()
+            self._retire()
+            self._admit()
+            plan = self._plan()
+        if not plan:
+            return False
+        rows = self._fill_batch(plan)
+        if not rows:
+            return False
+        first = rows[0][0].request
+        if first.adapter_key != self.adapters.applied:  # type: ignore[union-attr]
+            self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
+        rc = ctx.decode()
+        self.n_decodes += 1
+        self.n_tokens_decoded += ctx.batch.n
+        if rc != 0:
+            self._failed_decode(rc, rows)
+            return True
+        now = time.monotonic()
+        outcomes: list[tuple[Slot, _Outcome]] = []
+        for slot, fed, fed_rows, prefill in rows:
+            slot.last_used = now
+            self._record(slot, fed, fed_rows)
+            request = slot.request
+            if request is None or request.cancelled:
+                continue
+            if not prefill:
+                outcomes.append((slot, self._advance(slot, fed, fed_rows)))
+                continue
+            request.n_prompt_evaluated += len(fed)
+            self.n_prompt_tokens += len(fed)
+            slot.prefill_at += len(fed)
+            if slot.prefill_at == len(request.prompt):
+                self._prompt_done(slot)
+                if request.max_tokens == 0:  # evaluate only (Llama.eval)
+                    outcomes.append((slot, _Outcome(finish="length")))
+                    continue
+                for member in [slot, *self._start_forks(slot)]:
+                    outcomes.append((member, self._first_token(member, fed_rows[-1])))
+        with self._mutex:
+            for slot, outcome in outcomes:
+                request = slot.request
+                if request is None or request.cancelled:
+                    continue
+                request.events.extend(outcome.events)
+                self.n_generated_tokens += len(outcome.events)
+                if outcome.finish is not None:
+                    request.finish(outcome.finish, outcome.error)
+                    self._release(slot)
+            if self._waiters:
+                self._changed.notify_all()
+        return True
+
+    def _plan(self) -> list[Slot]:
+        """The slots to decode this tick: those that can advance, of one adapter set (mutex held)."""
+        ready: list[Slot] = []
+        for slot in self.slots:
+            request = slot.request
+            if request is None or request.cancelled:
+                continue
+            if request.state == RequestState.PREFILL:
+                ready.append(slot)
+            elif request.state == RequestState.RUNNING and slot.pending and (
+                    len(request.events) < request.read_ahead or (request.wanted and not request.events)):
+                ready.append(slot)
+        if len(ready) > 1:
+            keys = {s.request.adapter_key for s in ready}  # type: ignore[union-attr]
+            if len(keys) > 1:  # serve the adapter set that has waited longest
+                key = min(ready, key=lambda s: s.last_used).request.adapter_key  # type: ignore[union-attr]
+                ready = [s for s in ready if s.request.adapter_key == key]  # type: ignore[union-attr]
+            # decode steps first (one token each), then prompt chunks
+            ready.sort(key=lambda s: s.request.state == RequestState.PREFILL)  # type: ignore[union-attr]
+        return ready
+
+    def _fill_batch(self, plan: list[Slot]) -> list[tuple[Slot, list[int], list[int], bool]]:
+        """Write the plan into the batch: (slot, tokens fed, their batch rows, is it prompt?) per sequence."""
+        batch = self.ctx.batch
+        batch.clear()
+        rows = []
+        outputs = 0
+        key = plan[0].request.adapter_key  # type: ignore[union-attr]
+        for slot in plan:
+            request = slot.request
+            prefill = request.state == RequestState.PREFILL  # type: ignore[union-attr]
+            if prefill:
+                prompt = request.prompt  # type: ignore[union-attr]
+                fed = prompt[slot.prefill_at:slot.prefill_at + batch.room]
+                if self.logits_all:
+                    fed = fed[:self.max_outputs - outputs]
+                last = slot.prefill_at + len(fed) == len(prompt)
+                mode = "all" if self.logits_all else ("last" if last else "none")
+            else:
+                pending = [*slot.pending, *request.sent] if request.sent else slot.pending  # type: ignore[union-attr]
+                fed, mode = self.step.feed(slot.seq_id, pending)
+                mode = "all" if self.logits_all else mode
+            wanted = len(fed) if mode == "all" else int(mode == "last")
+            if not fed or len(fed) > batch.room or outputs + wanted > self.max_outputs:
+                continue
+            outputs += wanted
+            try:
+                self._make_room(slot, len(fed))
+            except (RuntimeError, ValueError) as exc:
+                with self._mutex:
+                    request.finish("error", exc)  # type: ignore[union-attr]
+                    self._release(slot)
+                continue
+            start = len(slot.ledger)
+            if len(fed) == 1:
+                first = batch.add_one(fed[0], start, slot.seq_id, mode != "none")
+            else:
+                first = batch.add(fed, start, slot.seq_id, mode)
+            slot.ledger.note_adapters(key)
+            if not prefill:
+                slot.pending = []
+                if request.sent:  # type: ignore[union-attr]
+                    request.sent.clear()  # type: ignore[union-attr]
+            rows.append((slot, fed, [first] if len(fed) == 1 else list(range(first, first + len(fed))), prefill))
+        return rows
+
+    def _make_room(self, slot: Slot, incoming: int) -> None:
+        limit = self.ctx.n_ctx_seq
+        if len(slot.ledger) + incoming > limit:
+            if incoming > limit:
+                raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
+            slot.ledger.shift(self.ctx, self.n_keep, incoming)
+
+    def _record(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> None:
+        """The decoded tokens are in memory now: append them to the ledger (and their logits, with logits_all)."""
+        ledger = slot.ledger
+        if self.logits_all and slot.request is not None and slot.request.keep_scores:
+            scores = ledger.keep_scores(self.ctx.n_ctx_seq, self.model.n_vocab)
+            for i, row in enumerate(fed_rows):
+                scores[len(ledger) + i] = self.ctx.logits_row(row)
+        ledger.tokens.extend(fed)
+
+    def _prompt_done(self, slot: Slot) -> None:
+        request = slot.request
+        request.state = RequestState.RUNNING  # type: ignore[union-attr]
+        if request.keep_prompt_logits and slot.ledger.scores is not None:  # type: ignore[union-attr]
+            n = len(slot.ledger)
+            request.prompt_logits = slot.ledger.scores[n - len(request.prompt):n].copy()  # type: ignore[union-attr]
+
+    def _first_token(self, slot: Slot, row: int) -> _Outcome:
+        try:
+            token, raw = slot.sampler.sample(self.ctx, row)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
+            return _Outcome(finish="error", error=exc)
+        return self._outcome(slot, [Sampled(token, row, raw)])
+
+    def _advance(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> _Outcome:
+        try:
+            samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
+            return _Outcome(finish="error", error=exc)
+        if kept < len(fed):  # rejected drafts leave memory
+            slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
+        return self._outcome(slot, samples)
+
+    def _outcome(self, slot: Slot, samples: list[Sampled]) -> _Outcome:
+        """The events of the sampled tokens, and whether they end the request (no lock needed)."""
+        request, sampler = slot.request, slot.sampler
+        outcome = _Outcome()
+        stop_on_eog = not request.params.ignore_eos  # type: ignore[union-attr]
+        wants_row = request.logprobs is not None or request.stopping_criteria is not None  # type: ignore[union-attr]
+        for sampled in samples:
+            token = sampled.token
+            if stop_on_eog and self.model.is_eog(token):
+                outcome.finish = "stop"
+                return outcome
+            row = None
+            if wants_row:
+                row = sampled.raw if sampled.raw is not None else self.ctx.logits_row(sampled.row)
+                try:
+                    if sampler.stops(token, row):  # type: ignore[union-attr]
+                        outcome.finish = "stop"
+                        return outcome
+                except Exception as exc:  # noqa: BLE001
+                    outcome.finish, outcome.error = "error", exc
+                    return outcome
+            if request.logprobs is not None:  # type: ignore[union-attr]
+                value, top = token_logprob(row, token, request.logprobs)  # type: ignore[arg-type,union-attr]
+                outcome.events.append(TokenEvent(token, value, top))
+            else:
+                outcome.events.append(TokenEvent(token))
+            sampler.accepted((token,))  # type: ignore[union-attr]
+            request.n_generated += 1  # type: ignore[union-attr]
+            if request.n_generated >= request.max_tokens:  # type: ignore[union-attr]
+                outcome.finish = "length"
+                return outcome
+        slot.pending = [samples[-1].token]
+        return outcome
+
+    def _failed_decode(self, rc: int, rows: list[tuple[Slot, list[int], list[int], bool]]) -> None:
+        """Nothing of a failed batch stays in memory; its requests end (aborted, or with the error)."""
+        with self._mutex:
+            for slot, _fed, _rows, _prefill in rows:
+                self.ctx.seq_rm(slot.seq_id, len(slot.ledger), -1)
+                request = slot.request
+                if request is None:
+                    continue
+                if rc == DECODE_ABORTED:
+                    request.finish("abort")
+                else:
+                    request.finish("error", RuntimeError(
+                        f"llama_decode failed ({rc}) on a batch of {self.ctx.batch.n} tokens"
+                        + (": no room left in the KV cache; increase n_ctx" if rc == 1 else "")))
+                self._release(slot)
+            self._bump()
+
+    # -- slots ------------------------------------------------------------------------------
+    def _retire(self) -> None:
+        """Free the slots of cancelled and aborted requests (mutex held)."""
+        for slot in self.slots:
+            request = slot.request
+            if request is not None and request.cancelled:
+                request.finish("abort")
+                self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
+        """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
+        if slot.sampler is not None:
+            slot.sampler.close()
+        slot.sampler = None
+        slot.request = None
+        slot.pending = []
+        forks, slot.forks = slot.forks, []
+        for fork in forks:  # choices that were to share a prompt that will not be evaluated now
+            if fork.request is not None:
+                fork.request.finish("abort")
+            self._release(fork)
+
+    def _admit(self) -> None:
+        """Give waiting requests free slots, in arrival order (mutex held)."""
+        while self.waiting:
+            request = self.waiting[0]
+            if request.cancelled or request.state == RequestState.DONE:
+                self.waiting.popleft()
+                continue
+            slot = self._choose_slot(request)
+            if slot is None:
+                return
+            self.waiting.popleft()
+            self._start(slot, request)
+
+    def _choose_slot(self, request: Request) -> Slot | None:
+        """A free slot: the one that holds the longest prefix of the prompt, else the least recently used."""
+        free = [s for s in self._candidate_slots(request) if s.request is None]
+        if not free:
+            return None
+        if request.continues:
+            return free[0]
+        return max(free, key=lambda s: (s.ledger.reusable_prefix(request.prompt, request.adapter_key),
+                                        -s.last_used))
+
+    def _start(self, slot: Slot, request: Request) -> None:
+        """Put ``request`` into ``slot``: reuse what the sequence holds, build its sampler (mutex held)."""
+        ledger, prompt = slot.ledger, request.prompt
+        request.seq_id = slot.seq_id
+        slot.request = request
+        slot.pending = []
+        self.current = slot
+        leader = self._leader_of(request)
+        if leader is not None and leader.request.state == RequestState.PREFILL:  # type: ignore[union-attr]
+            request.state = RequestState.FORKED  # copies the leader's prompt once it is evaluated
+            leader.forks.append(slot)
+        elif request.continues:
+            request.state = RequestState.PREFILL
+            slot.prefill_at = 0
+        else:
+            request.state = RequestState.PREFILL
+            slot.prefill_at = self._reuse_prefix(slot, request, leader)
+        if request.max_tokens == 0:
+            return  # evaluate only: nothing will be sampled
+        history = ledger.tokens + prompt if request.continues else prompt
+        chain = ChainContext(params=request.params, vocab=self.model.vocab, n_vocab=self.model.n_vocab,
+                             n_ctx=self.ctx.n_ctx_seq,
+                             eog_tokens=self.model.eog_tokens() if request.params.ignore_eos else (),
+                             history=tuple(history))
+        slot.sampler = SequenceSampler(request.params, chain, history, request.logits_processor,
+                                       request.stopping_criteria)
+
+    def _leader_of(self, request: Request) -> Slot | None:
+        if request.fork_of is None:
+            return None
+        return next((s for s in self.slots if s.request is request.fork_of), None)
+
+    def _reuse_prefix(self, slot: Slot, request: Request, donor: Slot | None) -> int:
+        """Keep the longest prefix of the prompt the sequence holds (copied from ``donor`` when it holds
+        more); returns where evaluation starts.  The last prompt token is always evaluated again: its
+        logits are needed."""
+        ctx, ledger, prompt = self.ctx, slot.ledger, request.prompt
+        prefix = ledger.reusable_prefix(prompt, request.adapter_key)
+        if donor is not None and donor.ledger.reusable_prefix(prompt, request.adapter_key) > prefix:
+            ctx.seq_rm(slot.seq_id, 0, -1)
+            ctx.seq_cp(donor.seq_id, slot.seq_id)
+            ledger.tokens = list(donor.ledger.tokens)
+            prefix = ledger.reusable_prefix(prompt, request.adapter_key)
+        prefix = min(prefix, len(prompt) - 1)
+        kept = ledger.truncate(ctx, prefix) if prefix > 0 else 0
+        if kept == 0:
+            ledger.clear(ctx)
+        ledger.adapters = request.adapter_key
+        return kept
+
+    def _start_forks(self, slot: Slot) -> list[Slot]:
+        """``slot``'s prompt is evaluated: its forks copy it and will sample from the same row."""
+        forks, slot.forks = slot.forks, []
+        started = []
+        for fork in forks:
+            request = fork.request
+            if request is None or request.cancelled:
+                continue
+            self.ctx.seq_rm(fork.seq_id, 0, -1)
+            self.ctx.seq_cp(slot.seq_id, fork.seq_id)
+            fork.ledger.tokens = list(slot.ledger.tokens)
+            fork.ledger.adapters = slot.ledger.adapters
+            fork.prefill_at = len(request.prompt)
+            request.state = RequestState.RUNNING
+            started.append(fork)
+        return started
