@@ -288,7 +288,7 @@ class CompletionAPI:
                         yield chunk(choice, rest, None, choice.take_logprobs())
                     if active:
                         yield chunk(choice, "", choice.finish)
-                elif active:  # round robin: the others' tokens come first next time
+                elif len(active) > 1:  # round robin: the others' tokens come first next time
                     del active[request]
                     active[request] = choice
             if single and self.cache is not None and not self._closed:

@@ -63,6 +63,8 @@ class Ledger:
 
     def note_adapters(self, key: AdapterKey) -> None:
         """Tokens are about to be appended under ``key``."""
+        if key is self.adapters:
+            return
         if not self.tokens:
             self.adapters = key
         elif key != self.adapters:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import attrs
 import numpy as np
@@ -20,8 +20,7 @@ from .._adapters import NO_ADAPTERS, AdapterKey
 from ..sampling import SamplingParams
 
 
-@attrs.frozen
-class TokenEvent:
+class TokenEvent(NamedTuple):
     """One generated token, with its logprob and the top alternatives when the request asked for them."""
 
     token: int

@@ -253,9 +253,14 @@ class Scheduler:
         if not rows:
             return False
         first = rows[0][0].request
-        if first.adapter_key != self.adapters.applied:  # type: ignore[union-attr]
-            self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
-        rc = ctx.decode()
+        try:
+            applied = self.adapters.applied
+            if first.adapter_key is not applied and first.adapter_key != applied:  # type: ignore[union-attr]
+                self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
+            rc = ctx.decode()
+        except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
+            self._failed_decode(-1, rows, exc)
+            return True
         self.n_decodes += 1
         self.n_tokens_decoded += ctx.batch.n
         if rc != 0:
@@ -427,7 +432,8 @@ class Scheduler:
                 outcome.events.append(TokenEvent(token, value, top))
             else:
                 outcome.events.append(TokenEvent(token))
-            sampler.accepted((token,))  # type: ignore[union-attr]
+            if sampler.history is not None:  # type: ignore[union-attr]
+                sampler.accepted((token,))  # type: ignore[union-attr]
             request.n_generated += 1  # type: ignore[union-attr]
             if request.n_generated >= request.max_tokens:  # type: ignore[union-attr]
                 outcome.finish = "length"
@@ -435,7 +441,8 @@ class Scheduler:
         slot.pending = [samples[-1].token]
         return outcome
 
-    def _failed_decode(self, rc: int, rows: list[tuple[Slot, list[int], list[int], bool]]) -> None:
+    def _failed_decode(self, rc: int, rows: list[tuple[Slot, list[int], list[int], bool]],
+                       error: BaseException | None = None) -> None:
         """Nothing of a failed batch stays in memory; its requests end (aborted, or with the error)."""
         with self._mutex:
             for slot, _fed, _rows, _prefill in rows:
@@ -445,6 +452,8 @@ class Scheduler:
                     continue
                 if rc == DECODE_ABORTED:
                     request.finish("abort")
+                elif error is not None:
+                    request.finish("error", error)
                 else:
                     request.finish("error", RuntimeError(
                         f"llama_decode failed ({rc}) on a batch of {self.ctx.batch.n} tokens"
