@@ -268,6 +268,7 @@ def test_sequence_snapshot_and_restore(tiny_model_path: Path) -> None:
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(n_seq_max=10_000), r"n_seq_max must be in 1\.\.256, got 10000"),
+    (dict(n_seq_max=4, n_outputs_max=2), r"n_outputs_max must be 0 \(n_batch\) or at least n_seq_max \(4\).*got 2"),
 ])
 def test_bad_engine_settings(tiny_model_path: Path, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -298,3 +299,36 @@ def test_a_stream_nobody_reads_does_not_stall_the_others(tiny_model_path: Path) 
         gc.collect()
         assert _text(llm, PROMPTS[2], max_tokens=2)  # a tick retires it
         assert all(slot.request is None for slot in llm.scheduler.slots)
+
+
+@pytest.mark.parametrize("options", [dict(kv_unified=True), dict(n_outputs_max=4, logits_all=True)])
+def test_unified_cache_and_an_output_limit(tiny_model_path: Path, options: dict) -> None:
+    # kv_unified: every sequence may use the whole n_ctx; n_outputs_max=4 with logits_all: at most four
+    # logits rows per decode, so the prompts (every row wants logits) are evaluated a few tokens at a time
+    with Llama(str(tiny_model_path), n_ctx=4 * 256, n_seq_max=4, verbose=False, **options) as llm:
+        limit = llm.scheduler.ctx.n_ctx_seq
+        assert limit == (1024 if options.get("kv_unified") else 256)
+        solo = [_text(llm, p, max_tokens=16, ignore_eos=True) for p in PROMPTS[:4]]
+        llm.reset()
+        together = _concurrently([lambda p=p: _text(llm, p, max_tokens=16, ignore_eos=True) for p in PROMPTS[:4]])
+        assert together == solo
+
+
+def test_chat_and_generate_from_several_threads(tiny_model_factory) -> None:
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    with Llama(str(tiny_model_factory(chat_template=template)), n_ctx=4 * 256, n_seq_max=4, verbose=False) as llm:
+        def chat(i: int) -> str:
+            reply = llm.create_chat_completion([{"role": "user", "content": PROMPTS[i]}], max_tokens=12,
+                                               temperature=0.0)
+            return reply["choices"][0]["message"]["content"]
+
+        def generate(i: int) -> list[int]:
+            gen = llm.generate(llm.tokenize(PROMPTS[i].encode()), temperature=0.0, ignore_eos=True)
+            tokens = [next(gen) for _ in range(12)]
+            gen.close()
+            return tokens
+
+        solo = [chat(0), chat(1), generate(2), generate(3)]
+        llm.reset()
+        together = _concurrently([lambda: chat(0), lambda: chat(1), lambda: generate(2), lambda: generate(3)])
+        assert together == solo

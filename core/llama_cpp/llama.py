@@ -259,6 +259,9 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         cparams.n_seq_max = n_seq_max
         cparams.n_rs_seq = P.check_int("n_rs_seq", n_rs_seq, 0)
         cparams.n_outputs_max = P.check_int("n_outputs_max", n_outputs_max, 0)
+        if 0 < n_outputs_max < n_seq_max:  # llama.cpp asserts (and aborts the process) otherwise
+            raise ValueError(f"n_outputs_max must be 0 (n_batch) or at least n_seq_max ({n_seq_max}): every "
+                             f"sequence may need its logits in one decode; got {n_outputs_max}")
         cparams.n_outputs_max_per_seq = P.check_int("n_outputs_max_per_seq", n_outputs_max_per_seq, 0)
         cparams.ctx_type = P.check_int("ctx_type", int(ctx_type), 0, 1)
         cparams.n_threads = n_threads
