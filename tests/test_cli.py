@@ -22,7 +22,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 
 
 def test_complete_runs_on_the_default_model(smollm2_model_path: Path) -> None:
-    proc = _cli("complete", "The capital of France is", "-n", "12", "--temp", "0")
+    proc = _cli("complete", "The capital of France is", "-n", "12", "--temperature", "0")
     assert proc.returncode == 0, proc.stderr
     with Llama(str(smollm2_model_path), n_ctx=2048, verbose=False) as llm:
         expected = llm.create_completion("The capital of France is", max_tokens=12, temperature=0.0)

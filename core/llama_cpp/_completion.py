@@ -42,6 +42,7 @@ class _Choice:
     def __init__(self, llama: Llama, index: int, prompt: _Prompt, request: Request, stops: list[str],
                  echo: bool, logprobs: int | None) -> None:
         self.llama = llama
+        self.piece = llama._model.piece  # bytes of a token: once per token, so bound once
         self.index = index
         self.prompt = prompt
         self.request = request
@@ -53,7 +54,7 @@ class _Choice:
         self.finish: str | None = None
 
     def piece_text(self, token: int) -> str:
-        return self.llama._piece(token).decode("utf-8", "replace")
+        return self.piece(token).decode("utf-8", "replace")
 
     def take_logprobs(self) -> dict[str, list] | None:
         """The logprobs of the tokens whose text is handed out now."""
@@ -94,7 +95,7 @@ class _Choice:
 
     def feed(self, event: TokenEvent) -> tuple[str, bool]:
         """The text this token releases, and whether a stop string was hit."""
-        piece = self.llama._piece(event.token)
+        piece = self.piece(event.token)
         if self.logprobs is not None:
             top = {self.piece_text(t): v for t, v in event.top}
             self.pending_lp.append((piece.decode("utf-8", "replace"), event.logprob, top))
@@ -264,9 +265,9 @@ class CompletionAPI:
         for choice in choices:
             scheduler.submit(choice.request)
         active = {choice.request: choice for choice in choices}
+        order = list(active)  # the requests to read from, rebuilt only when it changes
         try:
             while active:
-                order = list(active)
                 request, event = scheduler.next_of(order)
                 choice = active[request]
                 if choice.echo_pending:
@@ -276,12 +277,13 @@ class CompletionAPI:
                 if event is not None:
                     text, hit = choice.feed(event)
                     if text:
-                        yield chunk(choice, text, None, choice.take_logprobs())
+                        yield chunk(choice, text, None, choice.take_logprobs() if choice.pending_lp else None)
                     if hit:
                         choice.pending_lp = []
                         scheduler.cancel(request)
                 if event is None or hit:
                     del active[request]
+                    order = list(active)
                     choice.finish = "stop" if hit else request.finish_reason or "stop"
                     rest = choice.scanner.flush().decode("utf-8", "replace") + choice.prompt.trailing_suffix
                     if rest or choice.pending_lp:
@@ -291,6 +293,7 @@ class CompletionAPI:
                 elif len(active) > 1:  # round robin: the others' tokens come first next time
                     del active[request]
                     active[request] = choice
+                    order = list(active)
             if single and self.cache is not None and not self._closed:
                 self.cache[self.eval_tokens] = self.save_state()
             n_completion = sum(c.request.n_generated for c in choices)

@@ -18,10 +18,11 @@ from ._chat import ChatAPI, named_template_format
 from ._completion import CompletionAPI
 from .plugins import get_host
 from ._handles import Closing, load_model, new_context
-from .engine import Context, Model, Request, Scheduler, SequenceSnapshot
+from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
 from .engine.ledger import common_prefix
+from .engine.sampler import chain_context
 from .engine.scheduler import Slot
-from .sampling import LLAMA_DEFAULT_SEED, ChainContext, SamplerChain, SamplingParams, sampling_arguments
+from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
     from .llama_grammar import LlamaGrammar
@@ -757,11 +758,9 @@ class Llama(ChatAPI, CompletionAPI, Closing):
 
     def _chain(self, params: SamplingParams) -> SamplerChain:
         """A native chain for ``params``, primed with the current sequence's tokens."""
-        history = tuple(self._live_scheduler().current.ledger.tokens)
-        return SamplerChain(ChainContext(params=params, vocab=self._vocab, n_vocab=self._n_vocab,
-                                         n_ctx=self._live_scheduler().ctx.n_ctx_seq,
-                                         eog_tokens=self._eog_tokens() if params.ignore_eos else (),
-                                         history=history))
+        scheduler = self._live_scheduler()
+        return SamplerChain(chain_context(self._model, scheduler.ctx.n_ctx_seq, params,  # type: ignore[arg-type]
+                                          scheduler.current.ledger.tokens))
 
     def _request(self, prompt: list[int], params: SamplingParams, adapters: tuple[Any, Any], *,
                  max_tokens: int, **options: Any) -> Request:
@@ -905,21 +904,15 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         scheduler = self._live_scheduler()
         params = self._sampling(sampling_arguments(Llama.sample, locals()))
         with scheduler.exclusive():
-            if not scheduler.current.ledger.tokens:
+            history = scheduler.current.ledger.tokens
+            if not history:
                 raise RuntimeError("sample() needs evaluated tokens: call eval() first")
-            idx = -1 if idx is None else idx
-            chain = self._chain(params)
+            chain = chain_context(self._model, scheduler.ctx.n_ctx_seq, params, history)  # type: ignore[arg-type]
+            sampler = SequenceSampler(params, chain, history, logits_processor)
             try:
-                if logits_processor is not None:
-                    view = self._logits_at(idx)
-                    edited = logits_processor(self.input_ids, view)
-                    if edited is not view and edited is not None:
-                        view[:] = edited
-                if chain.biased_argmax and len(chain.active) == 1:
-                    return int(self._logits_at(idx).argmax())
-                return chain.sample(scheduler.ctx.ptr, idx)
+                return sampler.sample(scheduler.ctx, -1 if idx is None else idx)[0]
             finally:
-                chain.close()
+                sampler.close()
 
     def logits_view(self) -> np.ndarray:
         """The logits of the last evaluated token: a zero-copy float32 view, valid until the next decode."""

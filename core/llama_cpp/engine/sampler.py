@@ -17,6 +17,7 @@ from llama_cpp_native import lib
 
 from ..sampling import ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 from .context import Context
+from .model import Model
 
 
 class TokenHistory:
@@ -46,6 +47,13 @@ class TokenHistory:
         self.append(extra)
         self.n -= 1
         return self.buf[: self.n + 1]
+
+
+def chain_context(model: Model, n_ctx: int, params: SamplingParams, history: Sequence[int]) -> ChainContext:
+    """What the sampler stages build a chain from: the parameters, the vocabulary, and the tokens
+    before generation (penalty samplers are primed with them, as llama.cpp primes them with the prompt)."""
+    return ChainContext(params=params, vocab=model.vocab, n_vocab=model.n_vocab, n_ctx=n_ctx,
+                        eog_tokens=model.eog_tokens() if params.ignore_eos else (), history=tuple(history))
 
 
 class SequenceSampler:

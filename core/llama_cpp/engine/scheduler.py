@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import threading
-import time
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
-import attrs
 import numpy as np
+from llama_cpp_native import lib
 
 from .._adapters import Adapters
-from ..sampling import ChainContext
 from .context import DECODE_ABORTED, Context
 from .ledger import Ledger
 from .model import Model
 from .request import Request, RequestState, TokenEvent
-from .sampler import SequenceSampler
+from .sampler import SequenceSampler, chain_context
 from .step import PlainStep, Sampled, Step
 
 
@@ -51,17 +50,19 @@ class Slot:
         self.sampler: SequenceSampler | None = None
         self.pending: list[int] = []  # tokens to decode next (the last sampled one, and any sent in)
         self.prefill_at = 0  # next prompt token to evaluate
-        self.last_used = 0.0  # when it last decoded: the least recently used slot is reused first
+        self.last_used = 0  # the tick it last decoded in: the least recently used slot is reused first
         self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
 
 
-@attrs.define
 class _Outcome:
     """What one sequence's samples of a tick amount to, worked out before taking the lock."""
 
-    events: list[TokenEvent] = attrs.field(factory=list)
-    finish: str | None = None
-    error: BaseException | None = None
+    __slots__ = ("events", "finish", "error")
+
+    def __init__(self, finish: str | None = None, error: BaseException | None = None) -> None:
+        self.events: list[TokenEvent] = []
+        self.finish = finish
+        self.error = error
 
 
 def token_logprob(row: np.ndarray, token: int, top_n: int) -> tuple[float, tuple[tuple[int, float], ...]]:
@@ -87,6 +88,8 @@ class Scheduler:
         self.n_keep = n_keep
         self.logits_all = logits_all
         self.step: Step = step or PlainStep()
+        self._plain = type(self.step) is PlainStep  # the per-token path skips the protocol's calls
+        self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
         self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
         self.waiting: collections.deque[Request] = collections.deque()
         self.current = self.slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
@@ -98,6 +101,9 @@ class Scheduler:
         self._epoch = 0  # bumped whenever something a stalled driver may be waiting for happens
         self._waiters = 0
         self._abort_pending = False
+        self._dirty = False  # a submit, cancel, abort or finish happened: retire and admit at the next tick
+        self._ticks = 0  # the clock of least-recently-used slot choice
+        self._applied: tuple[object, object] = (None, None)  # (request key, Adapters.applied) of the last check
         # counters (tests, benchmarks, a server's metrics)
         self.n_decodes = 0  # llama_decode calls
         self.n_tokens_decoded = 0  # batch rows decoded
@@ -134,46 +140,61 @@ class Scheduler:
         mutex = self._mutex
         me = threading.get_ident()
         for request in requests:
-            request.owner = me
-        while True:
-            with mutex:
+            if request.owner != me:
+                request.owner = me
+        with mutex:
+            while True:
                 for request in requests:
-                    if request.events:
-                        event = request.events.popleft()
-                        if len(request.events) + 1 >= request.read_ahead:
-                            self._bump()  # it may have been paused: a stalled driver can go on
-                        self._unwant(requests)
-                        return request, event
+                    if request.events:  # the common case, inline: a token is waiting
+                        return self._take_event(request, requests)
+                ready = self._take_finished(requests)
+                if ready is not None:
+                    return ready
+                changed = False
                 for request in requests:
-                    if request.state == RequestState.DONE:
-                        self._unwant(requests)
-                        if request.error is not None:
-                            error, request.error = request.error, None
-                            raise error
-                        return request, None
-                for request in requests:
-                    request.wanted = True
-                if self._driving:
+                    if not request.wanted:  # a read_ahead=0 sequence may advance while its reader waits
+                        request.wanted = changed = True
+                if changed and self._waiters:
+                    self._bump()
+                if self._driving:  # another thread runs the ticks; it wakes us after each
                     self._wait()
                     continue
                 self._driving = True
                 epoch = self._epoch
-            progressed = False
-            try:
-                progressed = self._tick()
-            finally:
-                with mutex:
+                mutex.release()
+                progressed = False
+                try:
+                    progressed = self._tick()
+                finally:
+                    mutex.acquire()
                     self._driving = False
                     if self._waiters:
                         self._changed.notify_all()
-                    if not progressed and epoch == self._epoch and not any(
-                            r.events or r.state == RequestState.DONE for r in requests):
-                        self._wait()  # nothing can move until another thread reads, closes or submits
+                if not progressed and epoch == self._epoch and not any(
+                        r.events or r.state == RequestState.DONE for r in requests):
+                    self._wait()  # nothing can move until another thread reads, closes or submits
 
-    @staticmethod
-    def _unwant(requests: Sequence[Request]) -> None:
+    def _take_event(self, request: Request, requests: Sequence[Request]) -> tuple[Request, TokenEvent]:
+        """Pop the request's next event (mutex held)."""
+        events = request.events
+        event = events.popleft()
+        if request.read_ahead and len(events) + 1 == request.read_ahead:
+            self._bump()  # it was paused: a stalled driver can go on
+        for r in requests:
+            r.wanted = False
+        return request, event
+
+    def _take_finished(self, requests: Sequence[Request]) -> tuple[Request, None] | None:
+        """One of ``requests`` that has finished (its error raised), or None (mutex held)."""
         for request in requests:
-            request.wanted = False
+            if request.state == RequestState.DONE:
+                for r in requests:
+                    r.wanted = False
+                if request.error is not None:
+                    error, request.error = request.error, None
+                    raise error
+                return request, None
+        return None
 
     def cancel(self, request: Request) -> None:
         """Stop ``request`` alone (finish "abort"); its sequence is freed at the next tick.
@@ -233,6 +254,7 @@ class Scheduler:
     def _bump(self) -> None:
         """Something changed that a stalled driver or a waiting caller may wait for (mutex held)."""
         self._epoch += 1
+        self._dirty = True
         if self._waiters:
             self._changed.notify_all()
 
@@ -244,8 +266,10 @@ class Scheduler:
             if self._abort_pending:
                 self._abort_pending = False
                 ctx.clear_abort()
-            self._retire()
-            self._admit()
+            if self._dirty:
+                self._dirty = False
+                self._retire()
+                self._admit()
             plan = self._plan()
         if not plan:
             return False
@@ -254,9 +278,11 @@ class Scheduler:
             return False
         first = rows[0][0].request
         try:
-            applied = self.adapters.applied
-            if first.adapter_key is not applied and first.adapter_key != applied:  # type: ignore[union-attr]
-                self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
+            key = first.adapter_key  # type: ignore[union-attr]
+            if (key, self.adapters.applied) != self._applied:  # compared by identity first: cheap per tick
+                if key != self.adapters.applied:
+                    self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
+                self._applied = (key, self.adapters.applied)
             rc = ctx.decode()
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
             self._failed_decode(-1, rows, exc)
@@ -266,11 +292,14 @@ class Scheduler:
         if rc != 0:
             self._failed_decode(rc, rows)
             return True
-        now = time.monotonic()
+        self._ticks += 1
+        now = self._ticks
         outcomes: list[tuple[Slot, _Outcome]] = []
         for slot, fed, fed_rows, prefill in rows:
             slot.last_used = now
-            self._record(slot, fed, fed_rows)
+            if self.logits_all:
+                self._keep_logits(slot, fed_rows)
+            slot.ledger.tokens.extend(fed)  # the decoded tokens are in memory now
             request = slot.request
             if request is None or request.cancelled:
                 continue
@@ -325,7 +354,7 @@ class Scheduler:
     def _fill_batch(self, plan: list[Slot]) -> list[tuple[Slot, list[int], list[int], bool]]:
         """Write the plan into the batch: (slot, tokens fed, their batch rows, is it prompt?) per sequence."""
         batch = self.ctx.batch
-        batch.clear()
+        batch.n = 0
         rows = []
         outputs = 0
         key = plan[0].request.adapter_key  # type: ignore[union-attr]
@@ -334,32 +363,36 @@ class Scheduler:
             prefill = request.state == RequestState.PREFILL  # type: ignore[union-attr]
             if prefill:
                 prompt = request.prompt  # type: ignore[union-attr]
-                fed = prompt[slot.prefill_at:slot.prefill_at + batch.room]
+                fed = prompt[slot.prefill_at:slot.prefill_at + batch.capacity - batch.n]
                 if self.logits_all:
                     fed = fed[:self.max_outputs - outputs]
                 last = slot.prefill_at + len(fed) == len(prompt)
                 mode = "all" if self.logits_all else ("last" if last else "none")
             else:
                 pending = [*slot.pending, *request.sent] if request.sent else slot.pending  # type: ignore[union-attr]
-                fed, mode = self.step.feed(slot.seq_id, pending)
-                mode = "all" if self.logits_all else mode
+                fed, mode = (pending, "last") if self._plain else self.step.feed(slot.seq_id, pending)
+                if self.logits_all:
+                    mode = "all"
             wanted = len(fed) if mode == "all" else int(mode == "last")
-            if not fed or len(fed) > batch.room or outputs + wanted > self.max_outputs:
+            if not fed or len(fed) > batch.capacity - batch.n or outputs + wanted > self.max_outputs:
                 continue
             outputs += wanted
-            try:
-                self._make_room(slot, len(fed))
-            except (RuntimeError, ValueError) as exc:
-                with self._mutex:
-                    request.finish("error", exc)  # type: ignore[union-attr]
-                    self._release(slot)
-                continue
-            start = len(slot.ledger)
+            ledger = slot.ledger
+            if len(ledger.tokens) + len(fed) > self.ctx.n_ctx_seq:
+                try:
+                    self._make_room(slot, len(fed))
+                except (RuntimeError, ValueError) as exc:
+                    with self._mutex:
+                        request.finish("error", exc)  # type: ignore[union-attr]
+                        self._release(slot)
+                    continue
+            start = len(ledger.tokens)
             if len(fed) == 1:
                 first = batch.add_one(fed[0], start, slot.seq_id, mode != "none")
             else:
                 first = batch.add(fed, start, slot.seq_id, mode)
-            slot.ledger.note_adapters(key)
+            if ledger.adapters is not key:
+                ledger.note_adapters(key)
             if not prefill:
                 slot.pending = []
                 if request.sent:  # type: ignore[union-attr]
@@ -368,20 +401,20 @@ class Scheduler:
         return rows
 
     def _make_room(self, slot: Slot, incoming: int) -> None:
+        """Shift the sequence's context so that ``incoming`` more tokens fit."""
         limit = self.ctx.n_ctx_seq
-        if len(slot.ledger) + incoming > limit:
-            if incoming > limit:
-                raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
-            slot.ledger.shift(self.ctx, self.n_keep, incoming)
+        if incoming > limit:
+            raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
+        slot.ledger.shift(self.ctx, self.n_keep, incoming)
 
-    def _record(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> None:
-        """The decoded tokens are in memory now: append them to the ledger (and their logits, with logits_all)."""
-        ledger = slot.ledger
-        if self.logits_all and slot.request is not None and slot.request.keep_scores:
-            scores = ledger.keep_scores(self.ctx.n_ctx_seq, self.model.n_vocab)
-            for i, row in enumerate(fed_rows):
-                scores[len(ledger) + i] = self.ctx.logits_row(row)
-        ledger.tokens.extend(fed)
+    def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
+        """With logits_all: the rows of the tokens just decoded go into the ledger's scores."""
+        request, ledger = slot.request, slot.ledger
+        if request is not None and not request.keep_scores:
+            return
+        scores = ledger.keep_scores(self.ctx.n_ctx_seq, self.model.n_vocab)
+        for i, row in enumerate(fed_rows):
+            scores[len(ledger) + i] = self.ctx.logits_row(row)
 
     def _prompt_done(self, slot: Slot) -> None:
         request = slot.request
@@ -399,27 +432,31 @@ class Scheduler:
 
     def _advance(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> _Outcome:
         try:
-            samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed)  # type: ignore[arg-type]
+            if self._plain:  # the plain step, without its call: one token from the last row
+                token, raw = slot.sampler.sample(self.ctx, fed_rows[-1])  # type: ignore[union-attr]
+                samples, kept = ((token, fed_rows[-1], raw),), len(fed)
+            else:
+                samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed)  # type: ignore
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return _Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
         return self._outcome(slot, samples)
 
-    def _outcome(self, slot: Slot, samples: list[Sampled]) -> _Outcome:
-        """The events of the sampled tokens, and whether they end the request (no lock needed)."""
+    def _outcome(self, slot: Slot, samples: Sequence[tuple[int, int, Any]]) -> _Outcome:
+        """The events of the sampled tokens (``Sampled`` or plain ``(token, row, raw)`` tuples), and whether
+        they end the request (no lock needed)."""
         request, sampler = slot.request, slot.sampler
         outcome = _Outcome()
         stop_on_eog = not request.params.ignore_eos  # type: ignore[union-attr]
         wants_row = request.logprobs is not None or request.stopping_criteria is not None  # type: ignore[union-attr]
-        for sampled in samples:
-            token = sampled.token
-            if stop_on_eog and self.model.is_eog(token):
+        for token, row_index, raw in samples:
+            if stop_on_eog and self._is_eog(token):
                 outcome.finish = "stop"
                 return outcome
             row = None
             if wants_row:
-                row = sampled.raw if sampled.raw is not None else self.ctx.logits_row(sampled.row)
+                row = raw if raw is not None else self.ctx.logits_row(row_index)
                 try:
                     if sampler.stops(token, row):  # type: ignore[union-attr]
                         outcome.finish = "stop"
@@ -438,7 +475,7 @@ class Scheduler:
             if request.n_generated >= request.max_tokens:  # type: ignore[union-attr]
                 outcome.finish = "length"
                 return outcome
-        slot.pending = [samples[-1].token]
+        slot.pending = [samples[-1][0]]
         return outcome
 
     def _failed_decode(self, rc: int, rows: list[tuple[Slot, list[int], list[int], bool]],
@@ -472,6 +509,7 @@ class Scheduler:
 
     def _release(self, slot: Slot) -> None:
         """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
+        self._dirty = True  # a waiting request may take it
         if slot.sampler is not None:
             slot.sampler.close()
         slot.sampler = None
@@ -526,10 +564,7 @@ class Scheduler:
         if request.max_tokens == 0:
             return  # evaluate only: nothing will be sampled
         history = ledger.tokens + prompt if request.continues else prompt
-        chain = ChainContext(params=request.params, vocab=self.model.vocab, n_vocab=self.model.n_vocab,
-                             n_ctx=self.ctx.n_ctx_seq,
-                             eog_tokens=self.model.eog_tokens() if request.params.ignore_eos else (),
-                             history=tuple(history))
+        chain = chain_context(self.model, self.ctx.n_ctx_seq, request.params, history)
         slot.sampler = SequenceSampler(request.params, chain, history, request.logits_processor,
                                        request.stopping_criteria)
 
