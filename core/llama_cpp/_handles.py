@@ -99,7 +99,7 @@ def new_context(model: NativeHandle, params: Any, quiet: bool = False) -> Native
 
 
 class Batch(NativeHandle):
-    """A ``llama_batch`` of ``capacity`` tokens for one sequence, reused across calls."""
+    """A ``llama_batch`` of ``capacity`` tokens with room for ``n_seq_max`` sequence ids per token."""
 
     __slots__ = ("batch", "capacity")
 
@@ -108,18 +108,3 @@ class Batch(NativeHandle):
         super().__init__(batch, lambda b: lib.llama_batch_free(b[0]), "batch")
         self.batch = batch[0]
         self.capacity = capacity
-
-    def set_tokens(self, tokens: list[int], start_pos: int, logits_last: bool, logits_all: bool = False) -> None:
-        n = len(tokens)
-        if n > self.capacity:
-            raise ValueError(f"{n} tokens do not fit in a batch of {self.capacity}")
-        b = self.batch
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = start_pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = logits_all
-        if logits_last and n:
-            b.logits[n - 1] = True
-        b.n_tokens = n

@@ -42,13 +42,6 @@ class BatchBuilder:
         self._seq_rows = [b.seq_id[i] for i in range(capacity)]
         self._c_token, self._c_pos, self._c_logits = b.token, b.pos, b.logits  # for one row at a time
 
-    @property
-    def room(self) -> int:
-        return self.capacity - self.n
-
-    def clear(self) -> None:
-        self.n = 0
-
     def add(self, tokens: list[int], first_pos: int, seq_id: int, logits: str) -> int:
         """Append ``tokens`` of ``seq_id`` at positions ``first_pos...``; returns the first row's index.
 
@@ -157,15 +150,8 @@ class Context:
     def seq_shift(self, seq_id: int, p0: int, delta: int) -> None:
         lib.llama_memory_seq_add(self.mem, seq_id, p0, -1, delta)
 
-    def seq_pos_max(self, seq_id: int) -> int:
-        """The last position ``seq_id`` holds in memory (-1: empty)."""
-        return lib.llama_memory_seq_pos_max(self.mem, seq_id)
-
     def can_shift(self) -> bool:
         return bool(lib.llama_memory_can_shift(self.mem))
-
-    def clear(self) -> None:
-        lib.llama_memory_clear(self.mem, True)
 
     # -- state --------------------------------------------------------------------
     def seq_state(self, seq_id: int) -> bytes:

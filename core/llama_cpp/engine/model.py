@@ -17,7 +17,7 @@ from .._handles import NativeHandle
 class Model:
     """A loaded ``llama_model`` and its vocabulary, owned through ``handle``."""
 
-    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "_eog", "_eog_set")
+    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "_eog")
 
     def __init__(self, handle: NativeHandle) -> None:
         self.handle = handle
@@ -25,7 +25,6 @@ class Model:
         self.vocab = lib.llama_model_get_vocab(self.ptr)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
         self._eog: list[int] | None = None
-        self._eog_set: frozenset[int] | None = None
 
     def close(self) -> None:
         """Free the model (idempotent); what was made from it must be freed first or be told."""
@@ -46,11 +45,7 @@ class Model:
         if self._eog is None:
             vocab, is_eog = self.vocab, lib.llama_vocab_is_eog
             self._eog = [t for t in range(self.n_vocab) if is_eog(vocab, t)]
-            self._eog_set = frozenset(self._eog)
         return self._eog
-
-    def is_eog(self, token: int) -> bool:
-        return bool(lib.llama_vocab_is_eog(self.vocab, token))
 
     def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
         capacity = len(text) + 2
