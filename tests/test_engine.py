@@ -12,10 +12,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from llama_cpp import Llama
-from llama_cpp_native import lib
+from llama_cpp_native import ffi, lib
 
 from lowlevel import rss_bytes
 
@@ -155,7 +156,7 @@ def test_cancelling_one_stream_leaves_the_others_alone(tiny_model_path: Path) ->
         assert all(slot.request is None for slot in llm.scheduler.slots)
 
 
-def test_cancel_one_request_by_abort_finish(tiny_model_path: Path) -> None:
+def test_abort_ends_with_abort_and_the_instance_goes_on(tiny_model_path: Path) -> None:
     with Llama(str(tiny_model_path), n_ctx=2 * 256, n_seq_max=2, verbose=False) as llm:
         seen: list[dict] = []
         for i, chunk in enumerate(llm.create_completion("Once", max_tokens=200, ignore_eos=True, stream=True)):
@@ -302,7 +303,8 @@ def test_a_stream_nobody_reads_does_not_stall_the_others(tiny_model_path: Path) 
 
 
 @pytest.mark.parametrize("options", [dict(kv_unified=True), dict(n_outputs_max=4, logits_all=True)])
-def test_unified_cache_and_an_output_limit(tiny_model_path: Path, options: dict) -> None:
+def test_unified_cache_and_an_output_limit(tiny_model_path: Path, options: dict,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # kv_unified: every sequence may use the whole n_ctx; n_outputs_max=4 with logits_all: at most four
     # logits rows per decode, so the prompts (every row wants logits) are evaluated a few tokens at a time
     with Llama(str(tiny_model_path), n_ctx=4 * 256, n_seq_max=4, verbose=False, **options) as llm:
@@ -310,8 +312,19 @@ def test_unified_cache_and_an_output_limit(tiny_model_path: Path, options: dict)
         assert limit == (1024 if options.get("kv_unified") else 256)
         solo = [_text(llm, p, max_tokens=16, ignore_eos=True) for p in PROMPTS[:4]]
         llm.reset()
+        batch = llm.scheduler.ctx.batch
+        rows_wanted: list[int] = []
+        decode = type(llm.scheduler.ctx).decode
+
+        def counting_decode(ctx: Any) -> int:
+            rows_wanted.append(int(np.frombuffer(ffi.buffer(batch.native().logits, batch.n), dtype=np.int8).sum()))
+            return decode(ctx)
+
+        monkeypatch.setattr(type(llm.scheduler.ctx), "decode", counting_decode)
         together = _concurrently([lambda p=p: _text(llm, p, max_tokens=16, ignore_eos=True) for p in PROMPTS[:4]])
         assert together == solo
+        if "n_outputs_max" in options:  # the prompts took turns: no decode asked for more than 4 rows
+            assert max(rows_wanted) <= 4 < sum(len(llm.tokenize(p.encode())) for p in PROMPTS[:4])
 
 
 def test_chat_and_generate_from_several_threads(tiny_model_factory) -> None:
@@ -332,3 +345,20 @@ def test_chat_and_generate_from_several_threads(tiny_model_factory) -> None:
         llm.reset()
         together = _concurrently([lambda: chat(0), lambda: chat(1), lambda: generate(2), lambda: generate(3)])
         assert together == solo
+
+
+def test_tokens_sent_into_a_generator_reach_the_hooks(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=256, verbose=False) as llm:
+        prompt = llm.tokenize(b"Once upon")
+        seen: list[list[int]] = []
+
+        def record(input_ids: Any, logits: Any) -> Any:
+            seen.append([int(t) for t in input_ids])
+            return logits
+
+        gen = llm.generate(prompt, temperature=0.0, logits_processor=record)
+        first = next(gen)
+        extra = llm.tokenize(b" a time", add_bos=False)
+        gen.send(extra)
+        gen.close()
+        assert seen[-1] == [*prompt, first, *extra]  # what the sequence holds, sent tokens included

@@ -19,7 +19,7 @@ from llama_cpp_native import lib
 from ._text import StopScanner
 from .engine import Request, TokenEvent
 from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
-from .engine.scheduler import token_logprob
+from .engine.sampler import token_logprob
 from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ class _Choice:
 
     def __init__(self, llama: Llama, index: int, prompt: _Prompt, request: Request, stops: list[str],
                  echo: bool, logprobs: int | None) -> None:
-        self.llama = llama
         self.piece = llama._model.piece  # bytes of a token: once per token, so bound once
         self.index = index
         self.prompt = prompt
@@ -52,6 +51,7 @@ class _Choice:
         self.offset = 0  # characters handed out so far (logprobs' text_offset)
         self.pending_lp: list[tuple[str, float | None, dict | None]] = []
         self.finish: str | None = None
+        self.n_read = 0  # tokens read (a stream may have run a few ahead of a stop string: those do not count)
 
     def piece_text(self, token: int) -> str:
         return self.piece(token).decode("utf-8", "replace")
@@ -95,6 +95,7 @@ class _Choice:
 
     def feed(self, event: TokenEvent) -> tuple[str, bool]:
         """The text this token releases, and whether a stop string was hit."""
+        self.n_read += 1
         piece = self.piece(event.token)
         if self.logprobs is not None:
             top = {self.piece_text(t): v for t, v in event.top}
@@ -116,7 +117,7 @@ class CompletionAPI:
         suffix_tokens = self.tokenize(suffix.encode("utf-8"), add_bos=False, special=False)
         body = ([suf, *suffix_tokens, pre, *prefix_tokens] if self.spm_infill
                 else [pre, *prefix_tokens, suf, *suffix_tokens])
-        head = [self.token_bos()] if lib.llama_vocab_get_add_bos(vocab) and self.token_bos() >= 0 else []
+        head = [self.token_bos()] if self.add_bos_token() else []
         return [*head, *body, mid]
 
     def create_completion(
@@ -198,7 +199,7 @@ class CompletionAPI:
             raise ValueError(f"logprobs must be a non-negative integer (the number of top tokens), got {logprobs!r}")
         params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))
         adapters = self._adapter_request(active_loras, control_vector)
-        prompts, _many = prompt_list(prompt)
+        prompts = prompt_list(prompt)
         n = choice_count(n)
         normalised = [self._prompt(p, suffix) for p in prompts]
         limit = self._live_scheduler().ctx.n_ctx_seq
@@ -296,7 +297,7 @@ class CompletionAPI:
                     order = list(active)
             if single and self.cache is not None and not self._closed:
                 self.cache[self.eval_tokens] = self.save_state()
-            n_completion = sum(c.request.n_generated for c in choices)
+            n_completion = sum(c.n_read for c in choices)
             yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                                                          "total_tokens": n_prompt + n_completion})
         finally:

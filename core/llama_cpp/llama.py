@@ -739,8 +739,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if not ids:
             return
         request = self._request(ids, SamplingParams(), self._adapter_request(active_loras, control_vector),
-                                max_tokens=0, continues=True, read_ahead=0)
-        request.keep_scores = copy_logits
+                                max_tokens=0, continues=True, read_ahead=0, keep_scores=copy_logits)
         scheduler = self._live_scheduler()
         scheduler.submit(request)
         try:

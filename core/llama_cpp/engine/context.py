@@ -22,8 +22,9 @@ DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
 class BatchBuilder:
     """Rows of one ``llama_decode``: token, position, sequence id, and whether the row wants logits.
 
-    The native arrays are written through numpy views, so a prompt chunk of
-    two thousand tokens costs a few vectorised copies, not a Python loop.
+    Tokens, positions and logit flags are written through numpy views, so a
+    prompt chunk costs a few vectorised copies; only the sequence id is set
+    row by row (llama.cpp allocates each row's id array separately).
     """
 
     __slots__ = ("_batch", "capacity", "n", "_token", "_pos", "_n_seq_id", "_logits", "_seq_rows", "_c_token",

@@ -35,14 +35,14 @@ def text_prompt_tokens(llama: Any, text: str, *, starts_with_bos: bool = False) 
     return llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
 
-def prompt_list(prompt: Any) -> tuple[list[str | list[int]], bool]:
-    """The prompts of a completion request, and whether a list of several was given.
+def prompt_list(prompt: Any) -> list[str | list[int]]:
+    """The prompts of a completion request.
 
     A prompt is a string or a list of token ids; OpenAI's completions API
     also takes a list of strings or a list of token lists.
     """
     if isinstance(prompt, str):
-        return [prompt], False
+        return [prompt]
     if isinstance(prompt, (bytes, bytearray)):
         raise ValueError("prompt must be text (str) or token ids, not bytes; decode it first")
     try:
@@ -51,7 +51,7 @@ def prompt_list(prompt: Any) -> tuple[list[str | list[int]], bool]:
         raise ValueError(f"prompt must be a string, a list of token ids, or a list of those; got "
                          f"{type(prompt).__name__}") from None
     if not items or all(_is_token(t) for t in items):
-        return [items], False
+        return [items]
     prompts: list[str | list[int]] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -60,7 +60,7 @@ def prompt_list(prompt: Any) -> tuple[list[str | list[int]], bool]:
             prompts.append(list(item))
         else:
             raise ValueError(f"prompt[{i}] is {item!r}: a prompt list holds strings or lists of token ids")
-    return prompts, True
+    return prompts
 
 
 def _is_token(value: Any) -> bool:

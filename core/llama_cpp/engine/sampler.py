@@ -20,6 +20,17 @@ from .context import Context
 from .model import Model
 
 
+def token_logprob(row: np.ndarray, token: int, top_n: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log softmax of ``token`` in ``row`` and the ``top_n`` best tokens, without changing the row."""
+    peak = float(row.max())
+    log_norm = peak + float(np.log(np.exp(row - peak).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if top_n > 0:
+        best = np.argpartition(row, -top_n)[-top_n:]
+        top = tuple((int(t), float(row[t]) - log_norm) for t in best[np.argsort(-row[best], kind="stable")])
+    return float(row[token]) - log_norm, top
+
+
 class TokenHistory:
     """The tokens of a sequence as a growing numpy array, so hooks get them without an O(n) copy per token."""
 

@@ -26,7 +26,6 @@ import functools
 import threading
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 from llama_cpp_native import lib
 
 from .._adapters import Adapters
@@ -34,7 +33,7 @@ from .context import DECODE_ABORTED, Context
 from .ledger import Ledger
 from .model import Model
 from .request import Request, RequestState, TokenEvent
-from .sampler import SequenceSampler, chain_context
+from .sampler import SequenceSampler, chain_context, token_logprob
 from .step import PlainStep, Sampled, Step
 
 
@@ -63,17 +62,6 @@ class _Outcome:
         self.events: list[TokenEvent] = []
         self.finish = finish
         self.error = error
-
-
-def token_logprob(row: np.ndarray, token: int, top_n: int) -> tuple[float, tuple[tuple[int, float], ...]]:
-    """log softmax of ``token`` in ``row`` and the ``top_n`` best tokens, without changing the row."""
-    peak = float(row.max())
-    log_norm = peak + float(np.log(np.exp(row - peak).sum()))
-    top: tuple[tuple[int, float], ...] = ()
-    if top_n > 0:
-        best = np.argpartition(row, -top_n)[-top_n:]
-        top = tuple((int(t), float(row[t]) - log_norm) for t in best[np.argsort(-row[best], kind="stable")])
-    return float(row[token]) - log_norm, top
 
 
 class Scheduler:
@@ -396,6 +384,7 @@ class Scheduler:
             if not prefill:
                 slot.pending = []
                 if request.sent:  # type: ignore[union-attr]
+                    slot.sampler.accepted(request.sent)  # type: ignore[union-attr]
                     request.sent.clear()  # type: ignore[union-attr]
             rows.append((slot, fed, [first] if len(fed) == 1 else list(range(first, first + len(fed))), prefill))
         return rows
@@ -583,6 +572,7 @@ class Scheduler:
             ctx.seq_rm(slot.seq_id, 0, -1)
             ctx.seq_cp(donor.seq_id, slot.seq_id)
             ledger.tokens = list(donor.ledger.tokens)
+            ledger.adapters = donor.ledger.adapters
             prefix = ledger.reusable_prefix(prompt, request.adapter_key)
         prefix = min(prefix, len(prompt) - 1)
         kept = ledger.truncate(ctx, prefix) if prefix > 0 else 0
@@ -604,6 +594,8 @@ class Scheduler:
             fork.ledger.tokens = list(slot.ledger.tokens)
             fork.ledger.adapters = slot.ledger.adapters
             fork.prefill_at = len(request.prompt)
+            if request.keep_prompt_logits:
+                request.prompt_logits = slot.request.prompt_logits  # type: ignore[union-attr]
             request.state = RequestState.RUNNING
             started.append(fork)
         return started
