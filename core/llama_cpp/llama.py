@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from . import _compose, _hub, _logger
+from . import _compose, _hub, _logger, _speculation
 from . import _params as P
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
 from ._chat import ChatAPI, named_template_format
@@ -22,6 +22,7 @@ from .engine import Context, Model, Request, Scheduler, SequenceSampler, Sequenc
 from .engine.ledger import common_prefix
 from .engine.sampler import chain_context
 from .engine.scheduler import Slot
+from .engine.speculative import SpeculativeStep, empty_stats
 from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self._model: Model | None = None
         self._ctx: Context | None = None
         self._scheduler: Scheduler | None = None
+        self._spec_step: SpeculativeStep | None = None
         self._adapters: Adapters | None = None
         known = [n for n in Llama.__init__.__code__.co_varnames[1:Llama.__init__.__code__.co_argcount
                                                                + Llama.__init__.__code__.co_kwonlyargcount]]
@@ -196,6 +198,8 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         _check_model_file(path)
         self.model_path = str(path)
         self.verbose = verbose
+
+        spec_engine = _speculation.resolve(speculative, draft_model)
 
         # model params
         mparams = lib.llama_model_default_params()
@@ -221,7 +225,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         mparams.use_extra_bufts = bool(use_extra_bufts)
         mparams.no_host = bool(no_host)
         mparams.no_alloc = bool(no_alloc)
-        mparams.load_mtp = bool(load_mtp)
+        mparams.load_mtp = bool(load_mtp) or (spec_engine is not None and spec_engine.needs_target_mtp())
         self._buft_overrides = P.moe_cpu_overrides(cpu_moe, n_cpu_moe)
         if self._buft_overrides is not None:
             mparams.tensor_buft_overrides = self._buft_overrides.array
@@ -245,9 +249,6 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self.chat_format = chat_format
         self.chat_handler = chat_handler
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        if speculative is not None or draft_model is not None:
-            raise ValueError("speculative decoding (speculative=, draft_model=) is not available in this version "
-                             "of llama_cpp: no speculative engine is supported yet")
         self.cache = _compose.resolve("cache", cache)
         if self.cache is not None and n_seq_max > 1:
             raise ValueError("cache= with n_seq_max > 1: this version's prompt cache restores the whole context, "
@@ -297,17 +298,23 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self._closed = False
         self._adapters = Adapters(self._model.handle, lib.llama_model_n_embd(self._model.ptr),
                                   lib.llama_model_n_layer(self._model.ptr), quiet=not verbose)
+        model_ptr = self._model.ptr
+        self.is_hybrid = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
+        if spec_engine is not None:
+            _speculation.size_context(spec_engine, cparams, recurrent=self.is_hybrid)
         if not vocab_only:
             self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab)
+            if spec_engine is not None:
+                self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx.ptr, cparams,
+                                                         recurrent=self.is_hybrid, verbose=verbose)
             self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
-                                        logits_all=self.logits_all, max_outputs=cparams.n_outputs_max)
+                                        logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
+                                        step=self._spec_step)
         self.metadata = self._read_metadata()
         self.tokenizer_ = tokenizer
         self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
         self.checkpoint_interval = P.check_int("checkpoint_interval", checkpoint_interval, 1)
         self.checkpoint_on_device = bool(checkpoint_on_device)
-        model_ptr = self._model.ptr
-        self.is_hybrid = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
         if self.is_hybrid and self.ctx_checkpoints and verbose:
             warnings.warn("recurrent/hybrid model: this version of llama_cpp keeps no state checkpoints "
                           "(ctx_checkpoints), so a prompt that differs from the evaluated one is evaluated again "
@@ -348,6 +355,19 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     from_pretrained = classmethod(_hub.from_pretrained)
     from_config = classmethod(_compose.from_config)
 
+    @property
+    def last_speculative_stats(self) -> dict[str, Any]:
+        """Counters and timings of the last finished generation's speculation (the seed's 46 keys; all
+        zero without speculation).  docs/speculative.md says what each one counts."""
+        if self._spec_step is None:
+            return empty_stats()
+        return dict(self._spec_step.last_stats)
+
+    @property
+    def speculative_engine(self) -> Any:
+        """The speculative engine this Llama drafts with (None without speculation)."""
+        return self._spec_step.engine if self._spec_step is not None else None
+
     def set_cache(self, cache: Any) -> None:
         """Attach a prompt cache (an object, or a dict naming a cache strategy plugin); None detaches."""
         self.cache = _compose.resolve("cache", cache)
@@ -356,6 +376,8 @@ class Llama(ChatAPI, CompletionAPI, Closing):
     def close(self) -> None:
         """Free the context, the adapters and the model (idempotent)."""
         self._closed = True
+        if self._spec_step is not None:  # its draft context refers to ours: it goes first
+            self._spec_step.close()
         if self._ctx is not None:
             self._ctx.close()
         if self._adapters is not None:  # after the context that used them, before their model
@@ -607,6 +629,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             for slot in scheduler.slots:
                 if not scheduler.busy(slot):
                     slot.ledger.clear(scheduler.ctx)
+                    scheduler.memory_changed(slot)
 
     def set_seed(self, seed: int) -> None:
         self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
@@ -639,6 +662,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             read = scheduler.ctx.set_state(data)
             for slot in scheduler.slots:  # what the other sequences hold now is unknown: never reused
                 slot.ledger.tokens = []
+                scheduler.memory_changed(slot)
             if read != len(data):
                 raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
                                    "was it saved from another model or context size?")
@@ -660,6 +684,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             slot = self._slot(seq_id)
             if scheduler.busy(slot):
                 raise RuntimeError(f"sequence {slot.seq_id} is in use by a running generation")
+            scheduler.memory_changed(slot)
             slot.ledger.restore(scheduler.ctx, snapshot)
             scheduler.current = slot
 

@@ -2,12 +2,16 @@
 // that nothing unwinds into Python's C frames.
 #include "llama_cpp_native_shim.h"
 
+#include "common.h"
 #include "json-schema-to-grammar.h"
+#include "speculative.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 static char * copy_string(const std::string & text) {
     char * out = static_cast<char *>(std::malloc(text.size() + 1));
@@ -35,4 +39,163 @@ extern "C" char * llama_cpp_native_json_schema_to_grammar(const char * schema_js
 
 extern "C" void llama_cpp_native_free(char * text) {
     std::free(text);
+}
+
+static void set_error(char ** error, const char * what) {
+    if (error != nullptr) {
+        *error = copy_string(what);
+    }
+}
+
+// Runs body, turning any C++ exception into *error and the value `failed`.
+template <typename T, typename F>
+static T guarded(char ** error, T failed, F && body) {
+    try {
+        return body();
+    } catch (const std::exception & e) {
+        set_error(error, e.what());
+    } catch (...) {
+        set_error(error, "unknown error in llama.cpp's speculative decoding");
+    }
+    return failed;
+}
+
+struct llama_cpp_native_spec {
+    common_speculative * spec = nullptr;
+    std::vector<llama_tokens> history;  // per sequence: the tokens in the target's memory
+    common_batch batch;                 // mirror of the last target batch, for _process
+    llama_tokens draft;                 // the result of the last _draft
+
+    ~llama_cpp_native_spec() { common_speculative_free(spec); }
+};
+
+extern "C" struct llama_cpp_native_spec * llama_cpp_native_spec_init(
+        const struct llama_cpp_native_spec_params * p, char ** error) {
+    return guarded<llama_cpp_native_spec *>(error, nullptr, [&]() -> llama_cpp_native_spec * {
+        if (p->type <= COMMON_SPECULATIVE_TYPE_NONE || p->type >= COMMON_SPECULATIVE_TYPE_COUNT) {
+            set_error(error, "unknown speculative type");
+            return nullptr;
+        }
+        common_params_speculative params;
+        params.types = { static_cast<common_speculative_type>(p->type) };
+        params.draft.n_max = p->draft_n_max;
+        params.draft.n_min = p->draft_n_min;
+        params.draft.p_min = p->draft_p_min;
+        params.draft.backend_sampling = p->draft_backend_sampling;
+        params.draft.ctx_tgt = p->ctx_tgt;
+        params.draft.ctx_dft = p->ctx_dft;
+        common_params_speculative_ngram_map ngram;
+        ngram.size_n = static_cast<uint16_t>(p->ngram_size_n);
+        ngram.size_m = static_cast<uint16_t>(p->ngram_size_m);
+        ngram.min_hits = static_cast<uint16_t>(p->ngram_min_hits);
+        params.ngram_simple = ngram;
+        params.ngram_map_k = ngram;
+        params.ngram_map_k4v = ngram;
+        params.ngram_mod.n_match = p->ngram_mod_n_match;
+        params.ngram_mod.n_max = p->ngram_mod_n_max;
+        params.ngram_mod.n_min = p->ngram_mod_n_min;
+        if (p->lookup_cache_static != nullptr) {
+            params.ngram_cache.lookup_cache_static = p->lookup_cache_static;
+        }
+        if (p->lookup_cache_dynamic != nullptr) {
+            params.ngram_cache.lookup_cache_dynamic = p->lookup_cache_dynamic;
+        }
+        auto * out = new llama_cpp_native_spec();
+        out->spec = common_speculative_init(params, p->n_seq);
+        if (out->spec == nullptr) {
+            delete out;
+            set_error(error, "llama.cpp could not initialize this speculative type (is a draft context missing?)");
+            return nullptr;
+        }
+        out->history.resize(p->n_seq);
+        out->batch = common_batch(p->ctx_tgt);
+        return out;
+    });
+}
+
+extern "C" void llama_cpp_native_spec_free(struct llama_cpp_native_spec * spec) {
+    delete spec;
+}
+
+extern "C" int32_t llama_cpp_native_spec_n_max(const struct llama_cpp_native_spec * spec) {
+    return common_speculative_n_max(spec->spec);
+}
+
+static bool valid_seq(const llama_cpp_native_spec * spec, int32_t seq_id, char ** error) {
+    if (seq_id < 0 || static_cast<size_t>(seq_id) >= spec->history.size()) {
+        set_error(error, "sequence id out of range");
+        return false;
+    }
+    return true;
+}
+
+extern "C" bool llama_cpp_native_spec_begin(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        const llama_token * tokens, int32_t n_tokens, char ** error) {
+    return guarded<bool>(error, false, [&]() {
+        if (!valid_seq(spec, seq_id, error)) {
+            return false;
+        }
+        spec->history[seq_id].assign(tokens, tokens + n_tokens);
+        common_speculative_begin(spec->spec, seq_id, spec->history[seq_id]);
+        return true;
+    });
+}
+
+extern "C" bool llama_cpp_native_spec_process(struct llama_cpp_native_spec * spec,
+        const llama_token * tokens, const llama_pos * pos, const int32_t * seq_ids, const int8_t * outputs,
+        int32_t n_tokens, char ** error) {
+    return guarded<bool>(error, false, [&]() {
+        spec->batch.clear();
+        for (int32_t i = 0; i < n_tokens; ++i) {
+            spec->batch.add(tokens[i], pos[i], seq_ids[i], outputs[i] != 0);
+        }
+        if (!common_speculative_process(spec->spec, spec->batch)) {
+            set_error(error, "the draft side failed to process the target's batch (see llama.cpp's log)");
+            return false;
+        }
+        return true;
+    });
+}
+
+extern "C" int32_t llama_cpp_native_spec_draft(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        llama_token id_last, int32_t n_max, llama_token * out, int32_t capacity, char ** error) {
+    return guarded<int32_t>(error, -1, [&]() -> int32_t {
+        if (!valid_seq(spec, seq_id, error)) {
+            return -1;
+        }
+        const llama_tokens & history = spec->history[seq_id];
+        spec->draft.clear();
+        common_speculative_get_draft_params(spec->spec, seq_id) = {
+            /* .drafting = */ true,
+            /* .n_max    = */ n_max,
+            /* .pos0     = */ static_cast<llama_pos>(history.size()),
+            /* .id_last  = */ id_last,
+            /* .prompt   = */ &history,
+            /* .result   = */ &spec->draft,
+        };
+        common_speculative_draft(spec->spec);
+        const int32_t n = std::min<int32_t>(static_cast<int32_t>(spec->draft.size()), std::min(n_max, capacity));
+        std::copy(spec->draft.begin(), spec->draft.begin() + std::max(n, 0), out);
+        return std::max(n, 0);
+    });
+}
+
+extern "C" bool llama_cpp_native_spec_accept(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        int32_t n_accepted, const llama_token * kept, int32_t n_kept, char ** error) {
+    return guarded<bool>(error, false, [&]() {
+        if (!valid_seq(spec, seq_id, error)) {
+            return false;
+        }
+        common_speculative_accept(spec->spec, seq_id, static_cast<uint16_t>(n_accepted));
+        spec->history[seq_id].insert(spec->history[seq_id].end(), kept, kept + n_kept);
+        return true;
+    });
+}
+
+extern "C" void llama_cpp_native_spec_truncate(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        int32_t n_tokens) {
+    if (seq_id >= 0 && static_cast<size_t>(seq_id) < spec->history.size() && n_tokens >= 0 &&
+            static_cast<size_t>(n_tokens) < spec->history[seq_id].size()) {
+        spec->history[seq_id].resize(n_tokens);
+    }
 }

@@ -9,6 +9,11 @@
 #    define LLAMA_CPP_NATIVE_SHIM_API
 #endif
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "llama.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,6 +24,67 @@ extern "C" {
 LLAMA_CPP_NATIVE_SHIM_API char * llama_cpp_native_json_schema_to_grammar(const char * schema_json, char ** error);
 
 LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_free(char * text);
+
+/* Speculative decoding by llama.cpp's common_speculative (common/speculative.h).
+ *
+ * The caller owns the loop and both contexts: it decodes the target, hands
+ * every decoded batch to _process (prompt chunks too: draft models and the
+ * hidden-state drafters read that decode's outputs), asks for a draft per
+ * sequence, verifies it, and reports what was accepted.  The handle keeps,
+ * per sequence, the tokens that are in the target's memory (the history the
+ * n-gram drafters search). */
+struct llama_cpp_native_spec_params {
+    int32_t type;                 /* enum common_speculative_type (common.h), one type per handle */
+    uint32_t n_seq;               /* sequences of the target context */
+    struct llama_context * ctx_tgt;
+    struct llama_context * ctx_dft;  /* draft / MTP context, NULL for the n-gram types */
+    int32_t draft_n_max;
+    int32_t draft_n_min;
+    float draft_p_min;
+    bool draft_backend_sampling;
+    int32_t ngram_size_n;         /* simple, map-k, map-k4v */
+    int32_t ngram_size_m;
+    int32_t ngram_min_hits;
+    int32_t ngram_mod_n_match;
+    int32_t ngram_mod_n_max;
+    int32_t ngram_mod_n_min;
+    const char * lookup_cache_static;   /* ngram-cache files (llama-lookup-create's format), NULL if none */
+    const char * lookup_cache_dynamic;
+};
+
+struct llama_cpp_native_spec;
+
+/* NULL with *error set (malloc'ed) when llama.cpp refuses the configuration. */
+LLAMA_CPP_NATIVE_SHIM_API struct llama_cpp_native_spec * llama_cpp_native_spec_init(
+        const struct llama_cpp_native_spec_params * params, char ** error);
+
+LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_spec_free(struct llama_cpp_native_spec * spec);
+
+/* The longest draft the initialized implementation can propose. */
+LLAMA_CPP_NATIVE_SHIM_API int32_t llama_cpp_native_spec_n_max(const struct llama_cpp_native_spec * spec);
+
+/* A new generation on seq_id whose target memory holds tokens[0..n_tokens). */
+LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_begin(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        const llama_token * tokens, int32_t n_tokens, char ** error);
+
+/* The batch the target just decoded, row by row. */
+LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_process(struct llama_cpp_native_spec * spec,
+        const llama_token * tokens, const llama_pos * pos, const int32_t * seq_ids, const int8_t * outputs,
+        int32_t n_tokens, char ** error);
+
+/* A draft to follow id_last on seq_id (at most n_max tokens, and at most capacity): the count
+ * written to out, or -1 with *error set. */
+LLAMA_CPP_NATIVE_SHIM_API int32_t llama_cpp_native_spec_draft(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        llama_token id_last, int32_t n_max, llama_token * out, int32_t capacity, char ** error);
+
+/* n_accepted drafted tokens were accepted; kept[0..n_kept) are the tokens that entered the target's
+ * memory for good (the token the draft followed, then the accepted drafts). */
+LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_accept(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        int32_t n_accepted, const llama_token * kept, int32_t n_kept, char ** error);
+
+/* The target's memory of seq_id now holds only its first n_tokens tokens. */
+LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_spec_truncate(struct llama_cpp_native_spec * spec, int32_t seq_id,
+        int32_t n_tokens);
 
 #ifdef __cplusplus
 }

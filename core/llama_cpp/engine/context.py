@@ -22,12 +22,13 @@ DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
 class BatchBuilder:
     """Rows of one ``llama_decode``: token, position, sequence id, and whether the row wants logits.
 
-    Tokens, positions and logit flags are written through numpy views, so a
+    Tokens, positions and logit flags are written through numpy views
+    (``tokens``, ``positions``, ``outputs``; read-only to anyone else), so a
     prompt chunk costs a few vectorised copies; only the sequence id is set
     row by row (llama.cpp allocates each row's id array separately).
     """
 
-    __slots__ = ("_batch", "capacity", "n", "_token", "_pos", "_n_seq_id", "_logits", "_seq_rows", "_c_token",
+    __slots__ = ("_batch", "capacity", "n", "tokens", "positions", "_n_seq_id", "outputs", "_seq_rows", "_c_token",
                  "_c_pos", "_c_logits")
 
     def __init__(self, capacity: int, n_seq_max: int) -> None:
@@ -35,10 +36,10 @@ class BatchBuilder:
         b = self._batch.batch
         self.capacity = capacity
         self.n = 0
-        self._token = np.frombuffer(ffi.buffer(b.token, capacity * 4), dtype=np.int32)
-        self._pos = np.frombuffer(ffi.buffer(b.pos, capacity * 4), dtype=np.int32)
+        self.tokens = np.frombuffer(ffi.buffer(b.token, capacity * 4), dtype=np.int32)
+        self.positions = np.frombuffer(ffi.buffer(b.pos, capacity * 4), dtype=np.int32)
         self._n_seq_id = np.frombuffer(ffi.buffer(b.n_seq_id, capacity * 4), dtype=np.int32)
-        self._logits = np.frombuffer(ffi.buffer(b.logits, capacity), dtype=np.int8)
+        self.outputs = np.frombuffer(ffi.buffer(b.logits, capacity), dtype=np.int8)
         self._n_seq_id[:] = 1
         self._seq_rows = [b.seq_id[i] for i in range(capacity)]
         self._c_token, self._c_pos, self._c_logits = b.token, b.pos, b.logits  # for one row at a time
@@ -53,11 +54,11 @@ class BatchBuilder:
         end = start + count
         if end > self.capacity:
             raise ValueError(f"{count} more tokens do not fit in a batch of {self.capacity} ({start} used)")
-        self._token[start:end] = tokens
-        self._pos[start:end] = np.arange(first_pos, first_pos + count, dtype=np.int32)
-        self._logits[start:end] = 1 if logits == "all" else 0
+        self.tokens[start:end] = tokens
+        self.positions[start:end] = np.arange(first_pos, first_pos + count, dtype=np.int32)
+        self.outputs[start:end] = 1 if logits == "all" else 0
         if logits == "last" and count:
-            self._logits[end - 1] = 1
+            self.outputs[end - 1] = 1
         rows = self._seq_rows
         for i in range(start, end):
             rows[i][0] = seq_id

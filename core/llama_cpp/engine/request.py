@@ -79,6 +79,7 @@ class Request:
     prompt_logits: np.ndarray | None = None
     n_generated: int = 0
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
+    started: float = 0.0  # time.perf_counter() when it was given a sequence
 
     @property
     def finished(self) -> bool:

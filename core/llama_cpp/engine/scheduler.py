@@ -24,11 +24,15 @@ import collections
 import contextlib
 import functools
 import threading
+import time
 from typing import Any, Iterator, Sequence
+
+import numpy as np
 
 from llama_cpp_native import lib
 
 from .._adapters import Adapters
+from ..llama_speculative import DecodedBatch
 from .context import DECODE_ABORTED, Context
 from .ledger import Ledger
 from .model import Model
@@ -77,6 +81,7 @@ class Scheduler:
         self.logits_all = logits_all
         self.step: Step = step or PlainStep()
         self._plain = type(self.step) is PlainStep  # the per-token path skips the protocol's calls
+        self._observes = bool(getattr(self.step, "observes_batches", False))
         self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
         self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
         self.waiting: collections.deque[Request] = collections.deque()
@@ -271,6 +276,7 @@ class Scheduler:
                 if key != self.adapters.applied:
                     self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
                 self._applied = (key, self.adapters.applied)
+            t0 = time.perf_counter() if self._observes else 0.0
             rc = ctx.decode()
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
             self._failed_decode(-1, rows, exc)
@@ -280,6 +286,8 @@ class Scheduler:
         if rc != 0:
             self._failed_decode(rc, rows)
             return True
+        if self._observes:
+            self._show_batch(rows, time.perf_counter() - t0)
         self._ticks += 1
         now = self._ticks
         outcomes: list[tuple[Slot, _Outcome]] = []
@@ -317,6 +325,15 @@ class Scheduler:
             if self._waiters:
                 self._changed.notify_all()
         return True
+
+    def _show_batch(self, rows: list[tuple[Slot, list[int], list[int], bool]], seconds: float) -> None:
+        """Hand the decoded batch to a step that observes batches (a speculative engine reads it)."""
+        builder = self.ctx.batch
+        n = builder.n
+        seq_ids = np.repeat(np.asarray([slot.seq_id for slot, *_ in rows], dtype=np.int32),
+                            [len(fed) for _slot, fed, *_ in rows])
+        self.step.decoded(DecodedBatch(builder.tokens[:n], builder.positions[:n], seq_ids,
+                                       builder.outputs[:n]), seconds)
 
     def _plan(self) -> list[Slot]:
         """The slots to decode this tick: those that can advance, of one adapter set (mutex held)."""
@@ -358,7 +375,13 @@ class Scheduler:
                 mode = "all" if self.logits_all else ("last" if last else "none")
             else:
                 pending = [*slot.pending, *request.sent] if request.sent else slot.pending  # type: ignore[union-attr]
-                fed, mode = (pending, "last") if self._plain else self.step.feed(slot.seq_id, pending)
+                if self._plain:
+                    fed, mode = pending, "last"
+                else:
+                    room = min(batch.capacity - batch.n, self.max_outputs - outputs,
+                               request.max_tokens - request.n_generated,  # type: ignore[union-attr]
+                               self.ctx.n_ctx_seq - len(slot.ledger)) - len(pending)
+                    fed, mode = self.step.feed(slot.seq_id, pending, slot.ledger.tokens, room)
                 if self.logits_all:
                     mode = "all"
             wanted = len(fed) if mode == "all" else int(mode == "last")
@@ -395,6 +418,13 @@ class Scheduler:
         if incoming > limit:
             raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
         slot.ledger.shift(self.ctx, self.n_keep, incoming)
+        if not self._plain:  # positions moved: a step that mirrors the sequence starts over
+            self.step.rollback(slot.seq_id, 0)
+
+    def memory_changed(self, slot: Slot) -> None:
+        """The slot's memory was replaced outside the ticks (state restored, reset): the step forgets it."""
+        if not self._plain:
+            self.step.rollback(slot.seq_id, 0)
 
     def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
         """With logits_all: the rows of the tokens just decoded go into the ledger's scores."""
@@ -408,6 +438,8 @@ class Scheduler:
     def _prompt_done(self, slot: Slot) -> None:
         request = slot.request
         request.state = RequestState.RUNNING  # type: ignore[union-attr]
+        if not self._plain and request.max_tokens > 0:  # type: ignore[union-attr]
+            self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)  # type: ignore[union-attr]
         if request.keep_prompt_logits and slot.ledger.scores is not None:  # type: ignore[union-attr]
             n = len(slot.ledger)
             request.prompt_logits = slot.ledger.scores[n - len(request.prompt):n].copy()  # type: ignore[union-attr]
@@ -425,11 +457,13 @@ class Scheduler:
                 token, raw = slot.sampler.sample(self.ctx, fed_rows[-1])  # type: ignore[union-attr]
                 samples, kept = ((token, fed_rows[-1], raw),), len(fed)
             else:
-                samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed)  # type: ignore
+                eog = None if slot.request.params.ignore_eos else self._is_eog  # type: ignore[union-attr]
+                samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed, eog)  # type: ignore
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return _Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
+            self.step.rollback(slot.seq_id, len(slot.ledger))
         return self._outcome(slot, samples)
 
     def _outcome(self, slot: Slot, samples: Sequence[tuple[int, int, Any]]) -> _Outcome:
@@ -473,6 +507,8 @@ class Scheduler:
         with self._mutex:
             for slot, _fed, _rows, _prefill in rows:
                 self.ctx.seq_rm(slot.seq_id, len(slot.ledger), -1)
+                if not self._plain:
+                    self.step.rollback(slot.seq_id, len(slot.ledger))
                 request = slot.request
                 if request is None:
                     continue
@@ -499,6 +535,8 @@ class Scheduler:
     def _release(self, slot: Slot) -> None:
         """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
         self._dirty = True  # a waiting request may take it
+        if not self._plain and slot.request is not None:
+            self.step.end(slot.seq_id, slot.request.n_generated)
         if slot.sampler is not None:
             slot.sampler.close()
         slot.sampler = None
@@ -537,6 +575,7 @@ class Scheduler:
         """Put ``request`` into ``slot``: reuse what the sequence holds, build its sampler (mutex held)."""
         ledger, prompt = slot.ledger, request.prompt
         request.seq_id = slot.seq_id
+        request.started = time.perf_counter()
         slot.request = request
         slot.pending = []
         self.current = slot
@@ -568,17 +607,20 @@ class Scheduler:
         logits are needed."""
         ctx, ledger, prompt = self.ctx, slot.ledger, request.prompt
         prefix = ledger.reusable_prefix(prompt, request.adapter_key)
-        if donor is not None and donor.ledger.reusable_prefix(prompt, request.adapter_key) > prefix:
+        copied = donor is not None and donor.ledger.reusable_prefix(prompt, request.adapter_key) > prefix
+        if copied:
             ctx.seq_rm(slot.seq_id, 0, -1)
-            ctx.seq_cp(donor.seq_id, slot.seq_id)
-            ledger.tokens = list(donor.ledger.tokens)
-            ledger.adapters = donor.ledger.adapters
+            ctx.seq_cp(donor.seq_id, slot.seq_id)  # type: ignore[union-attr]
+            ledger.tokens = list(donor.ledger.tokens)  # type: ignore[union-attr]
+            ledger.adapters = donor.ledger.adapters  # type: ignore[union-attr]
             prefix = ledger.reusable_prefix(prompt, request.adapter_key)
         prefix = min(prefix, len(prompt) - 1)
         kept = ledger.truncate(ctx, prefix) if prefix > 0 else 0
         if kept == 0:
             ledger.clear(ctx)
         ledger.adapters = request.adapter_key
+        if not self._plain:  # a step mirroring this sequence keeps only what it evaluated itself
+            self.step.rollback(slot.seq_id, 0 if copied else kept)
         return kept
 
     def _start_forks(self, slot: Slot) -> list[Slot]:
@@ -591,11 +633,15 @@ class Scheduler:
                 continue
             self.ctx.seq_rm(fork.seq_id, 0, -1)
             self.ctx.seq_cp(slot.seq_id, fork.seq_id)
+            if not self._plain:
+                self.step.rollback(fork.seq_id, 0)
             fork.ledger.tokens = list(slot.ledger.tokens)
             fork.ledger.adapters = slot.ledger.adapters
             fork.prefill_at = len(request.prompt)
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.request.prompt_logits  # type: ignore[union-attr]
             request.state = RequestState.RUNNING
+            if not self._plain:
+                self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)
             started.append(fork)
         return started

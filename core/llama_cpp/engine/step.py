@@ -1,17 +1,19 @@
 """The step: what one running sequence feeds into a tick's decode, and what it takes out.
 
 The plain step decodes the last sampled token and samples the next one from
-its logits row.  A speculative step is the same seam with more in it: it
-proposes draft tokens after the pending ones, has them decoded in the same
-batch with logits on every row, keeps what the sequence's own sampler agrees
-with (``SequenceSampler.sample_and_accept_n``) and reports how many of the
-fed tokens stay in memory; the scheduler rolls the rest back.  The scheduler
-does not know which kind of step it runs.
+its logits row.  A speculative step (``engine.speculative``) is the same seam
+with more in it: it proposes draft tokens after the pending ones, has them
+decoded in the same batch with logits on every row, keeps what the
+sequence's own sampler agrees with and reports how many of the fed tokens
+stay in memory; the scheduler rolls the rest back.  The scheduler does not
+know which kind of step it runs; it tells every step when a sequence starts
+and ends a request and when its memory is cut back, and a step with
+``observes_batches`` sees every decoded batch.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from .context import Context
 from .sampler import SequenceSampler
@@ -28,23 +30,55 @@ class Sampled(NamedTuple):
 class Step(Protocol):
     """How a running sequence advances in one tick."""
 
-    def feed(self, seq_id: int, pending: Sequence[int]) -> tuple[list[int], str]:
-        """The tokens to decode for ``seq_id`` whose next inputs are ``pending``, and which of their rows
-        want logits: ``"last"`` or ``"all"``."""
+    observes_batches: bool
+
+    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
+        """A request starts generating on ``seq_id``, whose memory holds ``tokens``."""
+
+    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+        """The tokens to decode for ``seq_id`` whose next inputs are ``pending`` (``history`` is in memory;
+        at most ``n_max`` more tokens fit this tick), and which of their rows want logits: ``"last"`` or
+        ``"all"``."""
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int]) -> tuple[list[Sampled], int]:
-        """After the decode (``rows[i]`` is the batch row of ``fed[i]``): the sampled tokens in order,
-        and how many of ``fed`` stay in memory (fewer when drafts were rejected)."""
+             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int]:
+        """After the decode (``rows[i]`` is the batch row of ``fed[i]``): the sampled tokens in order (none
+        after an ``eog`` token), and how many of ``fed`` stay in memory (fewer when drafts were rejected)."""
+
+    def rollback(self, seq_id: int, n_tokens: int) -> None:
+        """The memory of ``seq_id`` now holds only its first ``n_tokens`` tokens."""
+
+    def end(self, seq_id: int, n_generated: int) -> None:
+        """The request on ``seq_id`` is over."""
+
+    def close(self) -> None:
+        """Free what the step holds."""
 
 
 class PlainStep:
-    """One token per sequence per tick: decode the pending tokens, sample from the last row."""
+    """One token per sequence per tick: decode the pending tokens, sample from the last row.
 
-    def feed(self, seq_id: int, pending: Sequence[int]) -> tuple[list[int], str]:
-        return pending, "last"  # type: ignore[return-value]
+    The scheduler runs this step inline (without these calls) on its hot path.
+    """
+
+    observes_batches = False
+
+    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
+        pass
+
+    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+        return list(pending), "last"
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int]) -> tuple[list[Sampled], int]:
+             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int]:
         token, raw = sampler.sample(ctx, rows[-1])
         return [Sampled(token, rows[-1], raw)], len(fed)
+
+    def rollback(self, seq_id: int, n_tokens: int) -> None:
+        pass
+
+    def end(self, seq_id: int, n_generated: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

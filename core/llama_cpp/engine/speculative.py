@@ -1,0 +1,272 @@
+"""The speculative step: a proposer's drafts, verified in the tick's one decode.
+
+For each running sequence the step asks the engine (a
+:class:`llama_cpp.llama_speculative.LlamaSpecEngine`) for a draft to follow
+the pending token, feeds ``[last, draft...]`` with logits on every row, and
+after the decode samples row by row with the sequence's own sampler while it
+agrees with the draft (llama.cpp's ``common_sampler_sample_and_accept_n``):
+every token kept is the one the target chooses at that position, so the
+output is the target's whatever the engine proposes.  The scheduler rolls
+the rejected rows out of memory and tells the step, which tells the engine.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..llama_speculative import DecodedBatch, LlamaSpecEngine
+from .context import Context
+from .sampler import SequenceSampler
+from .step import Sampled
+
+STATS_KEYS = (
+    "drafted", "verified", "accepted", "begin_calls", "draft_calls", "process_calls", "accept_calls",
+    "generated_drafts", "accepted_drafts", "accepted_draft_tokens", "draft_batch_acceptance_rate",
+    "draft_token_acceptance_rate", "mean_accepted_length", "acceptance_rate_per_position", "acceptance_rate",
+    "verification_steps", "rollbacks", "native_rollbacks", "checkpoint_rollbacks",
+    "begin_seconds", "draft_seconds", "target_decode_seconds", "target_sync_seconds", "process_seconds",
+    "accept_seconds",
+    "checkpoint_captures", "checkpoint_restores", "checkpoint_verification_reuses", "checkpoint_native_captures",
+    "checkpoint_native_restores", "checkpoint_device_captures", "checkpoint_device_restores",
+    "checkpoint_native_verification_rollbacks", "checkpoint_buffer_bytes", "checkpoint_capture_seconds",
+    "checkpoint_restore_seconds",
+    "generation_tokens", "generation_seconds", "generation_tokens_per_second", "time_to_first_token_seconds",
+    "sustained_tokens", "sustained_seconds", "sustained_tokens_per_second", "decode_tokens", "decode_seconds",
+    "decode_tokens_per_second",
+)
+
+
+class SequenceStats:
+    """Counters and timings of one request's speculation (``Llama.last_speculative_stats``)."""
+
+    __slots__ = ("counts", "seconds", "per_position", "drafted_at", "started", "first_token", "ended")
+
+    def __init__(self, started: float) -> None:
+        self.counts = dict.fromkeys(("drafted", "accepted", "begin_calls", "draft_calls", "process_calls",
+                                     "accept_calls", "generated_drafts", "accepted_drafts", "verification_steps",
+                                     "rollbacks", "generation_tokens"), 0)
+        self.seconds = dict.fromkeys(("begin", "draft", "target_decode", "target_sync", "process", "accept"), 0.0)
+        self.per_position: list[int] = []  # accepted at draft position i
+        self.drafted_at: list[int] = []  # drafts that reached position i
+        self.started = started
+        self.first_token: float | None = None
+        self.ended: float | None = None
+
+    def verified(self, n_drafted: int, n_accepted: int) -> None:
+        c = self.counts
+        c["drafted"] += n_drafted
+        c["accepted"] += n_accepted
+        c["accept_calls"] += 1
+        c["generated_drafts"] += 1
+        c["verification_steps"] += 1
+        c["accepted_drafts"] += n_accepted > 0
+        c["rollbacks"] += n_accepted < n_drafted
+        for store, n in ((self.drafted_at, n_drafted), (self.per_position, n_accepted)):
+            if len(store) < n:
+                store.extend([0] * (n - len(store)))
+            for i in range(n):
+                store[i] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        c, s = self.counts, self.seconds
+        drafted, accepted = c["drafted"], c["accepted"]
+        end = self.ended if self.ended is not None else time.perf_counter()
+        total = max(end - self.started, 0.0)
+        ttft = (self.first_token - self.started) if self.first_token is not None else 0.0
+        sustained_tokens = max(c["generation_tokens"] - 1, 0)
+        sustained = max(end - self.first_token, 0.0) if self.first_token is not None else 0.0
+
+        def rate(n: float, d: float) -> float:
+            return n / d if d else 0.0
+
+        out: dict[str, Any] = {
+            "drafted": drafted, "verified": drafted, "accepted": accepted,
+            "begin_calls": c["begin_calls"], "draft_calls": c["draft_calls"], "process_calls": c["process_calls"],
+            "accept_calls": c["accept_calls"], "generated_drafts": c["generated_drafts"],
+            "accepted_drafts": c["accepted_drafts"], "accepted_draft_tokens": accepted,
+            "draft_batch_acceptance_rate": rate(c["accepted_drafts"], c["generated_drafts"]),
+            "draft_token_acceptance_rate": rate(accepted, drafted),
+            "mean_accepted_length": 1.0 + rate(accepted, c["accept_calls"]),
+            "acceptance_rate_per_position": [rate(a, d) for a, d in zip(self.per_position + [0] * (
+                len(self.drafted_at) - len(self.per_position)), self.drafted_at)],
+            "acceptance_rate": rate(accepted, drafted),
+            "verification_steps": c["verification_steps"], "rollbacks": c["rollbacks"],
+            "native_rollbacks": c["rollbacks"], "checkpoint_rollbacks": 0,
+            **{f"{name}_seconds": value for name, value in s.items()},
+            **dict.fromkeys(("checkpoint_captures", "checkpoint_restores", "checkpoint_verification_reuses",
+                             "checkpoint_native_captures", "checkpoint_native_restores",
+                             "checkpoint_device_captures", "checkpoint_device_restores",
+                             "checkpoint_native_verification_rollbacks", "checkpoint_buffer_bytes"), 0),
+            "checkpoint_capture_seconds": 0.0, "checkpoint_restore_seconds": 0.0,
+            "generation_tokens": c["generation_tokens"], "generation_seconds": total,
+            "generation_tokens_per_second": rate(c["generation_tokens"], total),
+            "time_to_first_token_seconds": ttft,
+            "sustained_tokens": sustained_tokens, "sustained_seconds": sustained,
+            "sustained_tokens_per_second": rate(sustained_tokens, sustained),
+        }
+        out["decode_tokens"] = out["sustained_tokens"]
+        out["decode_seconds"] = out["sustained_seconds"]
+        out["decode_tokens_per_second"] = out["sustained_tokens_per_second"]
+        return out
+
+
+def empty_stats() -> dict[str, Any]:
+    """The stats of a generation without speculation: every counter zero."""
+    stats = SequenceStats(time.perf_counter())
+    stats.ended = stats.started
+    return stats.as_dict()
+
+
+class _Sequence:
+    """What the step knows of one sequence between its feed and its take."""
+
+    __slots__ = ("draft", "asked", "error", "stats", "active")
+
+    def __init__(self, stats: SequenceStats) -> None:
+        self.draft: list[int] = []
+        self.asked = False  # the engine was asked for a draft this tick (it hears the outcome, even of none)
+        self.error: BaseException | None = None
+        self.stats = stats
+        self.active = True  # False after a process() failure: this request drafts no more
+
+
+class SpeculativeStep:
+    """The scheduler's step for speculative decoding over one :class:`LlamaSpecEngine`.
+
+    ``max_draft`` caps every draft (the decode's per-sequence outputs minus
+    the last token, and for recurrent targets the states llama.cpp keeps for
+    rollback, ``n_rs_seq``).
+    """
+
+    observes_batches = True
+
+    def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "") -> None:
+        self.engine = engine
+        self.max_draft = max(0, max_draft)
+        self.name = name or type(engine).__name__
+        self._seqs: dict[int, _Sequence] = {}
+        self.last_stats: dict[str, Any] = empty_stats()
+        self._warned = False
+
+    # -- lifecycle, called by the scheduler ---------------------------------------------
+    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
+        """A request starts generating on ``seq_id`` with ``tokens`` in memory."""
+        state = _Sequence(SequenceStats(started))
+        self._seqs[seq_id] = state
+        t0 = state.stats.first_token = time.perf_counter()  # the prompt is in: its first token comes now
+        try:
+            self.engine.begin(tokens, seq_id)
+        except Exception as exc:  # noqa: BLE001 - the request ends with it at its first take
+            state.error = RuntimeError(f"speculative engine {self.name!r} failed to begin: {exc}")
+            state.error.__cause__ = exc
+        state.stats.seconds["begin"] += time.perf_counter() - t0
+        state.stats.counts["begin_calls"] += 1
+
+    def end(self, seq_id: int, n_generated: int) -> None:
+        """The request on ``seq_id`` is over; its stats become ``last_stats``."""
+        state = self._seqs.pop(seq_id, None)
+        if state is None:
+            return
+        state.stats.counts["generation_tokens"] = n_generated
+        state.stats.ended = time.perf_counter()
+        self.last_stats = state.stats.as_dict()
+
+    def rollback(self, seq_id: int, n_tokens: int) -> None:
+        """The target's memory of ``seq_id`` now holds its first ``n_tokens`` tokens."""
+        self.engine.rollback(n_tokens, seq_id)
+
+    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
+        """After every target decode: the engine sees the batch; drafting sequences are timed."""
+        drafting = [s for s in (self._seqs.get(int(q)) for q in np.unique(batch.seq_ids)) if s is not None]
+        for state in drafting:
+            if state.draft:
+                state.stats.seconds["target_decode"] += seconds
+        t0 = time.perf_counter()
+        try:
+            self.engine.process(batch)
+        except Exception as exc:  # noqa: BLE001 - drafting stops for these requests; their output stays right
+            for state in drafting:
+                state.active = False
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"speculative engine {self.name!r} failed to process a batch ({exc}); the requests "
+                              "in it go on without drafts", RuntimeWarning, stacklevel=2)
+        elapsed = time.perf_counter() - t0
+        for state in drafting:
+            state.stats.seconds["process"] += elapsed
+            state.stats.counts["process_calls"] += 1
+
+    # -- the Step protocol ----------------------------------------------------------------
+    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+        """``pending`` and, when exactly one token is pending, a draft of at most ``n_max`` tokens after it."""
+        state = self._seqs.get(seq_id)
+        n_max = min(n_max, self.max_draft)
+        if state is None or not state.active or state.error is not None or len(pending) != 1 or n_max <= 0:
+            if state is not None:
+                state.draft, state.asked = [], False
+            return list(pending), "last"
+        state.asked = True
+        t0 = time.perf_counter()
+        try:
+            proposed = self.engine.draft(np.asarray(history, dtype=np.intc), n_past=len(history),
+                                         id_last=int(pending[0]), n_max=n_max, seq_id=seq_id)
+            draft = [int(t) for t in np.asarray(proposed).reshape(-1)[:n_max]]
+        except Exception as exc:  # noqa: BLE001 - ends this request (at its take), not the others
+            state.error = RuntimeError(f"speculative engine {self.name!r} failed to draft: {exc}")
+            state.error.__cause__ = exc
+            draft = []
+        state.stats.seconds["draft"] += time.perf_counter() - t0
+        state.stats.counts["draft_calls"] += 1
+        state.draft = draft
+        if not draft:
+            return list(pending), "last"
+        return [*pending, *draft], "all"
+
+    def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
+             fed: Sequence[int], eog: Any = None) -> tuple[list[Sampled], int]:
+        """Verify the draft: sample each row while the sampler agrees with it; how many fed tokens stay."""
+        state = self._seqs.get(seq_id)
+        if state is not None and state.error is not None:
+            error, state.error = state.error, None
+            raise error
+        draft = state.draft if state is not None else []
+        if not draft:
+            token, raw = sampler.sample(ctx, rows[-1])
+            if state is not None and state.asked:
+                state.asked = False
+                self.engine.accept(0, seq_id)
+            return [Sampled(token, rows[-1], raw)], len(fed)
+        t0 = time.perf_counter()
+        first = len(fed) - len(draft) - 1  # the row of the last pending token
+        history = sampler.history
+        samples: list[Sampled] = []
+        pushed = 0
+        try:
+            for i in range(len(draft) + 1):
+                row = rows[first + i]
+                token, raw = sampler.sample(ctx, row)
+                samples.append(Sampled(token, row, raw))
+                if i == len(draft) or token != draft[i] or (eog is not None and eog(token)):
+                    break
+                if history is not None:  # the next row's hooks see this token
+                    history.append(token)
+                    pushed += 1
+        finally:
+            if pushed:
+                history.n -= pushed  # the scheduler adds what it hands out
+        n_accepted = len(samples) - 1
+        state.draft, state.asked = [], False
+        stats = state.stats
+        stats.seconds["target_sync"] += time.perf_counter() - t0
+        stats.verified(len(draft), n_accepted)
+        t0 = time.perf_counter()
+        self.engine.accept(n_accepted, seq_id)
+        stats.seconds["accept"] += time.perf_counter() - t0
+        return samples, len(fed) - (len(draft) - n_accepted)
+
+    def close(self) -> None:
+        self.engine.close()
