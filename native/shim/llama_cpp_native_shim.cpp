@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "json-schema-to-grammar.h"
+#include "log.h"
 #include "speculative.h"
 
 #include <algorithm>
@@ -39,6 +40,10 @@ extern "C" char * llama_cpp_native_json_schema_to_grammar(const char * schema_js
 
 extern "C" void llama_cpp_native_free(char * text) {
     std::free(text);
+}
+
+extern "C" void llama_cpp_native_common_log_verbosity(int32_t level) {
+    common_log_set_verbosity_thold(level);
 }
 
 static void set_error(char ** error, const char * what) {

@@ -25,6 +25,10 @@ LLAMA_CPP_NATIVE_SHIM_API char * llama_cpp_native_json_schema_to_grammar(const c
 
 LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_free(char * text);
 
+/* The most verbose level llama.cpp's "common" code still prints (its own logger, not llama_log_set's):
+ * 1 errors, 2 warnings, 3 information, 4 tracing, 5 debugging. */
+LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_common_log_verbosity(int32_t level);
+
 /* Speculative decoding by llama.cpp's common_speculative (common/speculative.h).
  *
  * The caller owns the loop and both contexts: it decodes the target, hands

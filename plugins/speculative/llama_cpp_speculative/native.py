@@ -21,6 +21,7 @@ from llama_cpp_native import ffi, lib
 from .lookup_cache import check_lookup_cache
 
 _BLOCK_DRAFTERS = (SpeculativeType.DRAFT_DFLASH, SpeculativeType.DRAFT_DSPARK)
+_COMMON_ERRORS, _COMMON_INFO = 1, 3  # LOG_LEVEL_ERROR, LOG_LEVEL_INFO of common/log.h
 
 
 def _take_error(error: Any, fallback: str) -> str:
@@ -65,6 +66,8 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
     def attach(self, target: SpecTarget) -> None:
         if self._spec is not None:
             raise RuntimeError(f"this {self.name} engine is already attached to a Llama; create one per Llama")
+        # llama.cpp's drafters log through common's own logger: as quiet as the Llama (process-wide)
+        lib.llama_cpp_native_common_log_verbosity(_COMMON_INFO if target.verbose else _COMMON_ERRORS)
         try:
             if self.type.is_draft():
                 self._open_draft(target)
@@ -84,6 +87,7 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
         if cfg.draft_model_path:
             mparams = lib.llama_model_default_params()
             mparams.n_gpu_layers = cfg.resolved_draft_n_gpu_layers()
+            mparams.load_mtp = self.type.is_mtp()  # an MTP GGUF is all NextN layers
             for key, value in cfg.draft_model_kwargs.items():
                 setattr(mparams, key, value)
             overrides = moe_cpu_overrides(cfg.draft_cpu_moe, cfg.draft_n_cpu_moe)
