@@ -25,9 +25,9 @@ def _install(session: nox.Session, extras: str = "") -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Install everything (and the example third-party plugin), build llama.cpp's oracle tools, run pytest."""
+    """Install everything (and the example third-party plugins), build llama.cpp's oracle tools, run pytest."""
     _install(session, "[test]")
-    session.install(_FRESH, "./contrib/example_plugin")
+    session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative")
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs)
 
