@@ -375,3 +375,18 @@ def test_lookup_cache_files(tmp_path: Path, smollm2_model_path: Path) -> None:
     with pytest.raises(ValueError, match="outside this model's vocabulary|from another vocabulary"):
         Llama(str(smollm2_model_path), verbose=False,
               speculative={"spec_type": "ngram-cache", "lookup_cache_static": str(foreign)})
+
+
+def test_sampled_output_is_the_targets_and_reproducible(tiny_spec_model: Any) -> None:
+    """Verification samples each row once, in order, with the sequence's own seeded chain (llama.cpp's
+    common_sampler_sample_and_accept_n): the same draws as plain sampling, so the same text."""
+    target = str(tiny_spec_model("target"))
+    kw: dict[str, Any] = {"max_tokens": 40, "temperature": 0.8, "top_k": 20, "seed": 1234}
+    with Llama(target, n_ctx=256, verbose=False) as plain:
+        expected = plain.create_completion("Hello world", **kw)["choices"][0]["text"]
+    with Llama(target, n_ctx=256, verbose=False,
+               speculative={"engine": "draft-simple", "draft_model_path": target, "draft_n_max": 4}) as llm:
+        assert llm.create_completion("Hello world", **kw)["choices"][0]["text"] == expected
+        first = llm.last_speculative_stats
+        assert llm.create_completion("Hello world", **kw)["choices"][0]["text"] == expected
+        assert 0 < first["accepted"] < first["drafted"]  # sampling rejects some of the draft's top choices
