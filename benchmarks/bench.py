@@ -8,6 +8,10 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
 (d) tiny model, penalties + DRY + typical + XTC + top-n-sigma + dynamic temperature on top of (b)
 (e) SmolLM2, 8 concurrent streamed greedy requests (64-token prompts, 128 tokens each) on one Llama
     with n_seq_max=8, aggregate generation rate vs llama-batched-bench -npl 8 -npp 64 -ntg 128
+(i) SmolLM2, greedy, 256 tokens of a prompt whose answer copies code it contains: every n-gram
+    engine vs our plain decoding (speedup), and vs llama-speculative-simple with the same engine
+    and settings (ratio); plain llama-completion on the same prompt for llama.cpp's own speedup.
+    Then the model drafters on their tiny random-weight models (acceptance near 0: below 1x).
 
 Run with ``nox -s bench``.
 """
@@ -28,6 +32,7 @@ import llama_cpp_native
 from llama_cpp import Llama
 from llama_cpp.default_model import cache_dir
 from llama_cpp.testing import TinyLlamaSpec, smollm2_path, write_tiny_llama
+from llama_cpp.testing.tiny_spec_models import spec_model_path
 
 THREADS = 2
 ROUNDS = 5
@@ -160,6 +165,109 @@ def ours_parallel_tg(llm: Llama) -> float:
     return PARALLEL * (PARALLEL_GEN - 1) / (max(ends) - max(firsts))
 
 
+SPEC_CODE = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+             "    return a * b\n\ndef div(a, b):\n    if b == 0:\n        raise ZeroDivisionError('b must not be "
+             "zero')\n    return a / b\n\n")
+SPEC_PROMPT = ("Here is some Python code:\n\n" + SPEC_CODE + "Write the same code again, exactly:\n\n" + SPEC_CODE
+               + "Once more, exactly:\n\n")
+SPEC_N = 256
+SPEC_ENGINES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+def ours_copy_tps(llm: Llama, prompt: str = SPEC_PROMPT, n: int = SPEC_N) -> float:
+    """Greedy generation rate of a streamed completion, first token to last (prompt excluded)."""
+    times = [time.perf_counter() for _ in llm.create_completion(prompt, max_tokens=n, temperature=0.0, stream=True)]
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def native_copy_tps(model: Path, prompt_file: Path, spec_type: str | None) -> tuple[float, int, int]:
+    """llama.cpp's generation rate on the same prompt: llama-speculative-simple with ``spec_type``
+    (its decode phase), or llama-completion's eval rate when None; with drafted and accepted counts."""
+    common = ["-m", str(model), "-f", str(prompt_file), "-n", str(SPEC_N), "--temp", "0", "-t", str(THREADS),
+              "-tb", str(THREADS), "-c", "2048"]
+    if spec_type is None:
+        for _ in range(5):
+            proc = subprocess.run([_tool("llama-completion"), *common, "-no-cnv", "--no-display-prompt"],
+                                  capture_output=True, text=True, errors="replace", timeout=600)
+            evals = re.search(r" eval time =\s*([\d.]+) ms /\s*(\d+) runs", proc.stderr)
+            if evals:
+                return int(evals.group(2)) / (float(evals.group(1)) / 1000), 0, 0
+        sys.exit(f"could not read llama-completion's timings:\n{proc.stderr[-2000:]}")
+    for _ in range(5):
+        proc = subprocess.run([_tool("llama-speculative-simple"), *common, "--spec-type", spec_type],
+                              capture_output=True, text=True, errors="replace", timeout=600)
+        log = proc.stdout + proc.stderr
+        speed = re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", log)
+        drafted, accepted = re.search(r"n_drafted = (\d+)", log), re.search(r"n_accept\s+= (\d+)", log)
+        if speed and drafted and accepted:
+            return float(speed.group(1)), int(drafted.group(1)), int(accepted.group(1))
+    sys.exit(f"could not read llama-speculative-simple's output:\n{log[-2000:]}")
+
+
+def speculative_case(smol: Path) -> None:
+    """(i): see the module's docstring.  Prints its own table."""
+    prompt_file = cache_dir() / "bench-spec-prompt.txt"
+    prompt_file.write_text(SPEC_PROMPT)
+    rounds = max(3, ROUNDS // 2)
+    plain_ours: list[float] = []
+    plain_native: list[float] = []
+    ours: dict[str, list[float]] = {e: [] for e in SPEC_ENGINES}
+    native: dict[str, list[float]] = {e: [] for e in SPEC_ENGINES}
+    counts: dict[str, tuple[int, int, int, int]] = {}
+    kw = dict(n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    with Llama(str(smol), **kw) as plain:
+        llms = {e: Llama(str(smol), speculative={"engine": e}, **kw) for e in SPEC_ENGINES}
+        for _ in range(rounds):
+            plain_ours.append(ours_copy_tps(plain))
+            plain_native.append(native_copy_tps(smol, prompt_file, None)[0])
+            for engine, llm in llms.items():
+                ours[engine].append(ours_copy_tps(llm))
+                stats = llm.last_speculative_stats
+                rate, drafted, accepted = native_copy_tps(smol, prompt_file, engine)
+                native[engine].append(rate)
+                counts[engine] = (stats["drafted"], stats["accepted"], drafted, accepted)
+        for llm in llms.values():
+            llm.close()
+    print(f"\n(i) SmolLM2 copying code, greedy, {SPEC_N} tokens, {rounds} rounds: plain ours "
+          f"{_median(plain_ours):.1f} t/s, plain llama-completion {_median(plain_native):.1f} t/s")
+    print(f"{'engine':15} {'ours t/s':>9} {'speedup':>8} {'native':>9} {'speedup':>8} {'ratio':>6} "
+          f"{'ours acc/draft':>15} {'native acc/draft':>17}")
+    best = max(SPEC_ENGINES, key=lambda e: _median(ours[e]))
+    for engine in SPEC_ENGINES:
+        d, a, nd, na = counts[engine]
+        print(f"{engine:15} {_median(ours[engine]):9.1f} {_median(ours[engine]) / _median(plain_ours):8.2f} "
+              f"{_median(native[engine]):9.1f} {_median(native[engine]) / _median(plain_native):8.2f} "
+              f"{_paired_ratio(ours[engine], native[engine]):6.3f} {f'{a}/{d}':>15} {f'{na}/{nd}':>17}")
+    speedup = _median(ours[best]) / _median(plain_ours)
+    ratio = _paired_ratio(ours[best], native[best])
+    print(f"best: {best}: speedup {speedup:.2f} (bar 1.50 {'ok' if speedup >= 1.5 else 'LOW'}), "
+          f"vs llama.cpp {ratio:.3f} (bar 0.90 {'ok' if ratio >= 0.90 else 'LOW'})")
+    model_drafters_on_random_weights()
+
+
+def model_drafters_on_random_weights() -> None:
+    """The model drafters on tiny random-weight models: almost nothing is accepted, so below 1x."""
+    def path(name: str) -> str:
+        return str(spec_model_path(name))
+
+    cases = {"draft-simple": ("target", {"draft_model_path": path("target")}),
+             "draft-eagle3": ("target", {"draft_model_path": path("eagle3")}),
+             "draft-dflash": ("target", {"draft_model_path": path("dflash")}),
+             "draft-dspark": ("target", {"draft_model_path": path("dspark")}),
+             "draft-mtp": ("glm4moe", {}),
+             "draft-mtp (qwen35 hybrid)": ("qwen35", {})}
+    print("\nmodel drafters on tiny random-weight models, greedy, 128 tokens (acceptance ~0 by construction)")
+    print(f"{'engine':26} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'acc/draft':>10}")
+    for name, (target, options) in cases.items():
+        kw = dict(n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+        with Llama(path(target), **kw) as plain:
+            base = _median([ours_copy_tps(plain, "Hello world", 128) for _ in range(3)])
+        with Llama(path(target), speculative={"engine": name.split()[0], **options}, **kw) as llm:
+            rate = _median([ours_copy_tps(llm, "Hello world", 128) for _ in range(3)])
+            stats = llm.last_speculative_stats
+        print(f"{name:26} {base:9.1f} {rate:9.1f} {rate / base:8.2f} {stats['accepted']:>4}/{stats['drafted']:<5}")
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -173,6 +281,9 @@ def _paired_ratio(ours: list[float], native: list[float]) -> float:
 def main() -> None:
     tiny = _tiny_model()
     smol = smollm2_path(quiet=True)
+    if sys.argv[1:] == ["i"]:  # nox -s bench -- i: the speculative case alone
+        speculative_case(smol)
+        return
     sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
     native_sampled = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
     # (d): the rest of the sampler family at once, with the same settings on both sides
@@ -233,6 +344,7 @@ def main() -> None:
     ratio = _paired_ratio(parallel_ours, parallel_native)
     print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
           f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
+    speculative_case(smol)
 
 
 if __name__ == "__main__":

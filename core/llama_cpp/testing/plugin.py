@@ -8,7 +8,6 @@ second test run reuses them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,32 +62,10 @@ def llama_vocab_file() -> Callable[[str], Path]:
     return vocab_file
 
 
-_SPEC_MODELS: dict[str, Callable[[Path], Path]] = {
-    "target": spec_models.write_tiny_llama_target,
-    "eagle3": spec_models.write_tiny_eagle3_draft,
-    "dflash": spec_models.write_tiny_dflash_draft,
-    "dspark": lambda path: spec_models.write_tiny_dflash_draft(path, markov=True),
-    "dflash2": lambda path: spec_models.write_tiny_dflash_draft(path, selector_top_k=4),
-    "glm4moe": spec_models.write_tiny_glm4moe_mtp,
-    "glm4moe-trunk": lambda path: spec_models.write_tiny_glm4moe_mtp(path, parts="trunk"),
-    "glm4moe-nextn": spec_models.write_tiny_glm4moe_nextn_only,
-    "qwen35": spec_models.write_tiny_qwen35_hybrid,
-}
-
-
 @pytest.fixture(scope="session")
 def tiny_spec_model() -> Callable[[str], Path]:
     """Returns ``model(name) -> Path`` of a tiny speculative-decoding model (written once):
     ``target`` (4-layer llama), its drafts ``eagle3``, ``dflash``, ``dspark``, ``dflash2``, the MTP
     targets ``glm4moe`` (and ``glm4moe-trunk`` + ``glm4moe-nextn``, its NextN block as its own file)
     and the hybrid ``qwen35``."""
-
-    def model(name: str) -> Path:
-        if name not in _SPEC_MODELS:
-            raise ValueError(f"unknown tiny speculative model {name!r}; valid: {', '.join(_SPEC_MODELS)}")
-        path = cache_dir() / "tiny-models" / f"spec-{name}-{version}.gguf"
-        return path if path.exists() else _SPEC_MODELS[name](path)
-
-    version = hashlib.sha256(Path(spec_models.__file__).read_bytes()).hexdigest()[:10]  # the writer's code
-
-    return model
+    return spec_models.spec_model_path

@@ -50,7 +50,8 @@ during memory fitting)" once: the memory fit tries them without the target.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -358,3 +359,28 @@ def write_tiny_qwen35_hybrid(path: Path, *, seed: int = 3535) -> Path:
             for name, value in _nextn_tensors(w, i):
                 writer.add_tensor(name, value)
     return _finish(writer, tmp, path)
+
+
+SPEC_MODEL_WRITERS: dict[str, Callable[[Path], Path]] = {
+    "target": write_tiny_llama_target,
+    "eagle3": write_tiny_eagle3_draft,
+    "dflash": write_tiny_dflash_draft,
+    "dspark": lambda path: write_tiny_dflash_draft(path, markov=True),
+    "dflash2": lambda path: write_tiny_dflash_draft(path, selector_top_k=4),
+    "glm4moe": write_tiny_glm4moe_mtp,
+    "glm4moe-trunk": lambda path: write_tiny_glm4moe_mtp(path, parts="trunk"),
+    "glm4moe-nextn": write_tiny_glm4moe_nextn_only,
+    "qwen35": write_tiny_qwen35_hybrid,
+}
+
+
+def spec_model_path(name: str) -> Path:
+    """The tiny model ``name`` of :data:`SPEC_MODEL_WRITERS`, written once into the cache (the file name
+    carries a hash of this module, so a changed writer writes a new file)."""
+    from ..default_model import cache_dir
+
+    if name not in SPEC_MODEL_WRITERS:
+        raise ValueError(f"unknown tiny speculative model {name!r}; valid: {', '.join(SPEC_MODEL_WRITERS)}")
+    version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
+    path = cache_dir() / "tiny-models" / f"spec-{name}-{version}.gguf"
+    return path if path.exists() else SPEC_MODEL_WRITERS[name](path)
