@@ -96,6 +96,13 @@ def test_from_config_dict_and_toml(tiny_model_path: Path, tmp_path: Path) -> Non
         Llama.from_config(config)
 
 
-def test_speculative_is_refused_clearly(tiny_model_path: Path) -> None:
-    with pytest.raises(ValueError, match="speculative decoding"):
-        Llama(str(tiny_model_path), verbose=False, speculative={"engine": "ngram-k"})
+def test_speculative_engine_by_name_alias_and_config_file(tiny_model_path: Path, tmp_path: Path) -> None:
+    with Llama(str(tiny_model_path), verbose=False, speculative={"engine": "ngram-k", "ngram_size_n": 3}) as llm:
+        assert llm.speculative_engine.name == "ngram-map-k"  # the alias names llama.cpp's type
+    with pytest.raises(ValueError, match="no-such-engine.*ngram-map-k"):
+        Llama(str(tiny_model_path), verbose=False, speculative={"engine": "no-such-engine"})
+    config = tmp_path / "llama.toml"
+    config.write_text(f'model_path = "{tiny_model_path}"\nverbose = false\n[speculative]\nengine = "ngram-mod"\n'
+                      'ngram_mod_n_max = 16\nngram_mod_n_min = 4\n')
+    with Llama.from_config(config) as llm:
+        assert llm.speculative_engine.max_draft_tokens() == 16

@@ -347,6 +347,14 @@ def test_stats_add_up(smollm2_model_path: Path) -> None:
     assert s["generation_seconds"] >= s["sustained_seconds"] > 0
     assert s["decode_tokens"] == s["sustained_tokens"] == 63
     assert s["generation_tokens_per_second"] > 0
+    llm.create_completion(CODE_PROMPT, max_tokens=16, temperature=0.0)
+    second = llm.last_speculative_stats
+    totals = llm.speculative_totals  # llama-server's counters: the sums over requests
+    assert totals["spec_decode_num_draft_tokens_total"] == s["drafted"] + second["drafted"]
+    assert totals["spec_decode_num_accepted_tokens_total"] == s["accepted"] + second["accepted"]
+    assert totals["spec_decode_num_drafts_total"] == s["verification_steps"] + second["verification_steps"]
+    assert sum(totals["spec_decode_num_accepted_tokens_per_pos_total"]) == totals[
+        "spec_decode_num_accepted_tokens_total"]
     llm.close()
 
 

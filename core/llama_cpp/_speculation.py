@@ -16,8 +16,8 @@ from llama_cpp_native import lib
 from . import _compose
 from .engine.model import Model
 from .engine.speculative import SpeculativeStep
-from .llama_speculative import (DraftModelEngine, LlamaSpecEngine, SpecConfig, SpecTarget, create_spec_engine,
-                                speculative_output_limits)
+from .llama_speculative import (DraftModelEngine, LlamaSpecEngine, SpecConfig, SpecTarget, SpeculativeType,
+                                create_spec_engine, speculative_output_limits)
 
 # n-gram drafts on a recurrent target: recurrent states kept per sequence so that a rejected draft
 # rolls back natively (model drafters get their draft_n_max, as llama.cpp gives them)
@@ -42,7 +42,7 @@ def resolve(speculative: Any, draft_model: Any) -> LlamaSpecEngine | None:
         return create_spec_engine(speculative) if speculative.validate().enabled() else None
     if isinstance(speculative, Mapping):
         if "engine" in speculative:
-            engine = _compose.resolve("speculative", speculative)
+            engine = _compose.resolve("speculative", {**speculative, "engine": _canonical(speculative["engine"])})
         else:
             config = SpecConfig.from_dict(speculative)
             engine = create_spec_engine(config) if config.validate().enabled() else None
@@ -52,6 +52,14 @@ def resolve(speculative: Any, draft_model: Any) -> LlamaSpecEngine | None:
         return engine
     raise ValueError(f"speculative= takes a SpecConfig, a LlamaSpecEngine or a dict naming an engine "
                      f"({{'engine': 'ngram-map-k', ...}}), got {type(speculative).__name__}")
+
+
+def _canonical(name: Any) -> Any:
+    """llama.cpp's name of a speculative type given by an alias (``ngram-k``, ``mtp``...); other names as given."""
+    try:
+        return SpeculativeType.from_str(name).to_str()
+    except ValueError:
+        return name
 
 
 def size_context(engine: LlamaSpecEngine, cparams: Any, *, recurrent: bool) -> None:

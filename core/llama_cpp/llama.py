@@ -364,6 +364,15 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         return dict(self._spec_step.last_stats)
 
     @property
+    def speculative_totals(self) -> dict[str, Any]:
+        """Speculation counters over every finished generation, under llama-server's metric names
+        (``spec_decode_num_draft_tokens_total``...); all zero without speculation."""
+        if self._spec_step is None:
+            return {"spec_decode_num_draft_tokens_total": 0, "spec_decode_num_accepted_tokens_total": 0,
+                    "spec_decode_num_drafts_total": 0, "spec_decode_num_accepted_tokens_per_pos_total": []}
+        return self._spec_step.totals()
+
+    @property
     def speculative_engine(self) -> Any:
         """The speculative engine this Llama drafts with (None without speculation)."""
         return self._spec_step.engine if self._spec_step is not None else None

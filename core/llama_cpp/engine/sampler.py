@@ -136,23 +136,5 @@ class SequenceSampler:
         if self.history is not None:
             self.history.extend(tokens)
 
-    def sample_and_accept_n(self, ctx: Context, rows: Sequence[int], draft: Sequence[int]) -> list[int]:
-        """Verification: sample row ``rows[i]`` while it agrees with ``draft[i]``.
-
-        Returns the accepted draft prefix plus the first token that differs
-        (or the token after the whole draft); ``len(rows)`` must be
-        ``len(draft) + 1``.  A speculative step decodes the last token and
-        the draft in one batch and calls this.
-        """
-        if len(rows) != len(draft) + 1:
-            raise ValueError(f"{len(rows)} logits rows for a draft of {len(draft)} tokens (need one more)")
-        out: list[int] = []
-        for i, row in enumerate(rows):
-            token, _raw = self.sample(ctx, row)
-            out.append(token)
-            if i == len(draft) or token != draft[i]:
-                break
-        return out
-
     def close(self) -> None:
         self.chain.close()

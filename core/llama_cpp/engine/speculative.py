@@ -150,6 +150,8 @@ class SpeculativeStep:
         self.name = name or type(engine).__name__
         self._seqs: dict[int, _Sequence] = {}
         self.last_stats: dict[str, Any] = empty_stats()
+        self._totals = {"drafted": 0, "accepted": 0, "verification_steps": 0}
+        self._accepted_per_position: list[int] = []
         self._warned = False
 
     # -- lifecycle, called by the scheduler ---------------------------------------------
@@ -171,9 +173,25 @@ class SpeculativeStep:
         state = self._seqs.pop(seq_id, None)
         if state is None:
             return
-        state.stats.counts["generation_tokens"] = n_generated
-        state.stats.ended = time.perf_counter()
-        self.last_stats = state.stats.as_dict()
+        stats = state.stats
+        stats.counts["generation_tokens"] = n_generated
+        stats.ended = time.perf_counter()
+        self.last_stats = stats.as_dict()
+        for key in self._totals:
+            self._totals[key] += stats.counts[key]
+        per_position = self._accepted_per_position
+        per_position.extend([0] * (len(stats.per_position) - len(per_position)))
+        for i, n in enumerate(stats.per_position):
+            per_position[i] += n
+
+    def totals(self) -> dict[str, Any]:
+        """Counters over every finished request, under llama-server's metric names (a server's /metrics)."""
+        return {
+            "spec_decode_num_draft_tokens_total": self._totals["drafted"],
+            "spec_decode_num_accepted_tokens_total": self._totals["accepted"],
+            "spec_decode_num_drafts_total": self._totals["verification_steps"],
+            "spec_decode_num_accepted_tokens_per_pos_total": list(self._accepted_per_position),
+        }
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         """The target's memory of ``seq_id`` now holds its first ``n_tokens`` tokens."""

@@ -89,19 +89,25 @@ def llama_cpp_multimodal_handlers() -> Iterable[MultimodalHandler]:
 
 @hookspec
 def llama_cpp_speculative_engines() -> Iterable[SpeculativeEngine]:
-    """Speculative decoding engines, chosen with ``Llama(speculative={"engine": name})``.
+    """Speculative decoding engines, chosen with ``Llama(speculative={"engine": name, **options})``.
 
-    The factory returns a :class:`llama_cpp.engine.Step`: ``feed(seq_id,
-    pending)`` adds the draft after the pending tokens (logits on every
-    row), ``take(seq_id, ctx, sampler, rows, fed)`` verifies it with
-    ``sampler.sample_and_accept_n`` and says how many fed tokens stay; the
-    scheduler rolls back the rest (docs/engine.md).
+    The factory is called with the options and returns a
+    :class:`llama_cpp.llama_speculative.LlamaSpecEngine`: per sequence it
+    is told ``begin`` (a request starts), asked to ``draft`` tokens after the
+    last one, told how many were ``accept``-ed and when the sequence's memory
+    is cut back (``rollback``).  The engine verifies every draft with the
+    sequence's own sampler in the tick's one decode, so any engine is
+    lossless (docs/speculative.md).
 
     Example::
 
+        class EchoEngine(LlamaSpecEngine):
+            def draft(self, input_ids, /, *, n_past, id_last, n_max, seq_id=0):
+                return np.asarray([id_last] * n_max, dtype=np.intc)  # "the last token again"
+
         @llama_cpp.hookimpl
         def llama_cpp_speculative_engines():
-            return [SpeculativeEngine(name="my-draft", factory=MyEngine)]
+            return [SpeculativeEngine(name="echo", factory=EchoEngine)]
     """
 
 

@@ -58,8 +58,8 @@ class MultimodalHandler:
 
 @attrs.frozen
 class SpeculativeEngine:
-    """A speculative decoding engine: ``factory(llama, **options)`` returns the engine's step
-    (:class:`llama_cpp.engine.Step`)."""
+    """A speculative decoding engine: ``factory(**options)`` returns a
+    :class:`llama_cpp.llama_speculative.LlamaSpecEngine`."""
 
     name: str = attrs.field(validator=_valid_name)
     factory: Callable[..., Any]
