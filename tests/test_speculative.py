@@ -398,3 +398,80 @@ def test_sampled_output_is_the_targets_and_reproducible(tiny_spec_model: Any) ->
         first = llm.last_speculative_stats
         assert llm.create_completion("Hello world", **kw)["choices"][0]["text"] == expected
         assert 0 < first["accepted"] < first["drafted"]  # sampling rejects some of the draft's top choices
+
+
+class Oracle(LlamaSpecEngine):
+    """Proposes the target's own continuation (known in advance) for ``right`` tokens, then a wrong one:
+    every verification accepts part of the draft and rolls the rest back."""
+
+    def __init__(self, sequence: list[int], right: int, n: int = 6) -> None:
+        self.sequence, self.right, self.n = sequence, right, n
+
+    def max_draft_tokens(self) -> int:
+        return self.n
+
+    def draft(self, input_ids, /, *, n_past, id_last, n_max, seq_id=0):  # noqa: ANN001, ANN201
+        truth = self.sequence[n_past + 1:n_past + 1 + min(n_max, self.n)]
+        wrong = [(t + 1) % 1000 for t in truth[self.right:]]
+        return np.asarray(truth[:self.right] + wrong, dtype=np.intc)
+
+
+@pytest.mark.parametrize("target", ["target", "qwen35"])
+def test_partial_acceptance_rolls_back_natively(target: str, tiny_spec_model: Any) -> None:
+    """Part of each draft accepted, the rest removed from memory; on the hybrid qwen35 the recurrent
+    state rolls back through the n_rs_seq states the Llama asked for."""
+    model = tiny_spec_model(target)
+    prompt = "Hello world, this is a test"
+    expected = _generated_ids(model, prompt, 30)
+    with Llama(str(model), n_ctx=256, n_threads=2, verbose=False) as plain:
+        expected_text = plain.create_completion(prompt, max_tokens=30, temperature=0.0)["choices"][0]["text"]
+    spy = Spy(Oracle(expected, right=2))
+    with Llama(str(model), n_ctx=256, n_threads=2, verbose=False, speculative=spy) as llm:
+        assert llm.create_completion(prompt, max_tokens=30, temperature=0.0)["choices"][0]["text"] == expected_text
+        drafted, accepted = _check_drafts(spy, expected)
+        stats = llm.last_speculative_stats
+        steps = stats["verification_steps"]  # the last draft may be cut short by max_tokens
+        assert 2 * (steps - 1) <= accepted <= 2 * steps and drafted > accepted
+        assert stats["rollbacks"] >= steps - 1
+        if target == "qwen35":
+            assert llm.is_hybrid and llm.context_params.n_rs_seq == 6
+            assert all(len(r["draft"]) <= 6 for r in spy.records[0])
+
+
+def test_concurrent_sequences_equal_plain_on_an_f32_model(tiny_spec_model: Any) -> None:
+    target = str(tiny_spec_model("target"))
+    prompts = ["Hello world", "The quick brown fox", "Once upon a time there", "def main():"]
+    with Llama(target, n_ctx=1024, n_threads=2, verbose=False) as plain:
+        expected = [plain.create_completion(p, max_tokens=32, temperature=0.0)["choices"][0]["text"] for p in prompts]
+    with Llama(target, n_ctx=1024, n_seq_max=4, n_threads=2, verbose=False,
+               speculative={"engine": "draft-simple", "draft_model_path": target, "draft_n_max": 4}) as llm:
+        results: list[Any] = [None] * len(prompts)
+        barrier = threading.Barrier(len(prompts))
+
+        def run(i: int) -> None:
+            barrier.wait()
+            results[i] = llm.create_completion(prompts[i], max_tokens=32, temperature=0.0)["choices"][0]["text"]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == expected
+        assert llm.speculative_totals["spec_decode_num_accepted_tokens_total"] > 4 * 20
+
+
+def test_structured_output_with_speculation(smollm2_model_path: Path) -> None:
+    """A grammar-constrained chain verifies drafts too: a draft token the grammar forbids is rejected."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    messages = [{"role": "user", "content": "Give me a JSON object with a name and an age."}]
+    kw: dict[str, Any] = {"max_tokens": 48, "temperature": 0.0,
+                          "response_format": {"type": "json_object", "schema": schema}}
+    with Llama(str(smollm2_model_path), n_ctx=1024, n_threads=2, verbose=False) as plain:
+        expected = plain.create_chat_completion(messages, **kw)["choices"][0]["message"]["content"]
+    with Llama(str(smollm2_model_path), n_ctx=1024, n_threads=2, verbose=False,
+               speculative={"engine": "prompt-lookup", "max_ngram_size": 1, "num_pred_tokens": 4}) as llm:
+        out = llm.create_chat_completion(messages, **kw)["choices"][0]["message"]["content"]
+        assert out == expected
+        assert llm.last_speculative_stats["drafted"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from llama_cpp.engine.speculative import STATS_KEYS
 from llama_cpp.llama_speculative import (LlamaSpecEngine, SpecConfig, SpeculativeType, create_spec_engine,
                                          speculative_output_limits)
 
@@ -121,5 +122,16 @@ def test_engine_contract_defaults() -> None:
     engine.clear()
     engine.close()
     assert engine.max_draft_tokens() == 16 and not engine.needs_target_mtp()
+    # the seed's checkpoint API: the generation engine rolls the target back, nothing to checkpoint
+    assert engine.supports_native_target_rollback
+    cp = engine.take_verification_checkpoint(0)
+    assert cp is None and engine.checkpoint(0) is None
+    engine.restore(cp, 0)
+    engine.rollback_verified(cp, 2, 0)
+    engine.reset_checkpoint_stats()
+    assert set(engine.checkpoint_stats()) == {k for k in STATS_KEYS if k.startswith("checkpoint_")} - {
+        "checkpoint_rollbacks"}
+    with pytest.raises(ValueError, match="nothing to restore"):
+        engine.restore(b"state", 0)
     with pytest.raises(TypeError):
         LlamaSpecEngine()  # type: ignore[abstract]

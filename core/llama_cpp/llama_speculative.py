@@ -381,6 +381,45 @@ class LlamaSpecEngine(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free what the engine holds (idempotent)."""
 
+    # The seed's checkpoint API.  In the seed an engine saved and restored the target's state around a
+    # verification; here the generation engine rolls the target back itself (suffix removal, or
+    # llama.cpp's n_rs_seq states on recurrent targets), so there is never a target checkpoint to
+    # take.  The methods stay so that code written against the seed keeps working.
+    @property
+    def supports_native_target_rollback(self) -> bool:
+        """Always True: the target is rolled back natively by the generation engine."""
+        return True
+
+    def checkpoint(self, seq_id: int = 0) -> None:
+        """No target checkpoint is needed (None)."""
+        return None
+
+    def take_verification_checkpoint(self, seq_id: int = 0) -> None:
+        """No target checkpoint is needed (None)."""
+        return None
+
+    def restore(self, checkpoint: Any, seq_id: int = 0) -> None:
+        """Accepts only the None that :meth:`checkpoint` returns."""
+        if checkpoint is not None:
+            raise ValueError("this engine takes no target checkpoints: the generation engine rolls the target "
+                             "back itself, so there is nothing to restore")
+
+    def rollback_verified(self, checkpoint: Any, n_accepted: int, seq_id: int = 0) -> None:
+        """The seed's rollback after verification: done by the generation engine (:meth:`rollback` is
+        called with the new length)."""
+        self.restore(checkpoint, seq_id)
+
+    def reset_checkpoint_stats(self) -> None:  # noqa: B027 - nothing is counted
+        """Nothing to reset: no checkpoints are taken."""
+
+    def checkpoint_stats(self) -> dict[str, float]:
+        """The checkpoint counters of ``last_speculative_stats``: zero, no checkpoints are taken."""
+        return {name: 0 for name in ("checkpoint_captures", "checkpoint_restores", "checkpoint_verification_reuses",
+                                     "checkpoint_native_captures", "checkpoint_native_restores",
+                                     "checkpoint_device_captures", "checkpoint_device_restores",
+                                     "checkpoint_native_verification_rollbacks", "checkpoint_buffer_bytes",
+                                     "checkpoint_capture_seconds", "checkpoint_restore_seconds")}
+
 
 class LlamaDraftModel(abc.ABC):
     """The seed's stateless draft model: ``draft_model(input_ids)`` returns the tokens expected next.
