@@ -416,26 +416,33 @@ class Oracle(LlamaSpecEngine):
         return np.asarray(truth[:self.right] + wrong, dtype=np.intc)
 
 
-@pytest.mark.parametrize("target", ["target", "qwen35"])
-def test_partial_acceptance_rolls_back_natively(target: str, tiny_spec_model: Any) -> None:
-    """Part of each draft accepted, the rest removed from memory; on the hybrid qwen35 the recurrent
-    state rolls back through the n_rs_seq states the Llama asked for."""
+@pytest.mark.parametrize(("target", "n_draft"), [("target", 6), ("qwen35", 6), ("qwen35", 16)])
+def test_partial_acceptance_rolls_back(target: str, n_draft: int, tiny_spec_model: Any) -> None:
+    """Part of each draft accepted, the rest removed from memory.  On the hybrid qwen35 the recurrent
+    state rolls back through the n_rs_seq states the Llama asked for (8 at most for an engine without a
+    model), and a longer draft from a checkpoint of the state, restored after the rejection."""
     model = tiny_spec_model(target)
     prompt = "Hello world, this is a test"
-    expected = _generated_ids(model, prompt, 30)
+    expected = _generated_ids(model, prompt, 40)
     with Llama(str(model), n_ctx=256, n_threads=2, verbose=False) as plain:
-        expected_text = plain.create_completion(prompt, max_tokens=30, temperature=0.0)["choices"][0]["text"]
-    spy = Spy(Oracle(expected, right=2))
+        expected_text = plain.create_completion(prompt, max_tokens=40, temperature=0.0)["choices"][0]["text"]
+    right = 2 if n_draft == 6 else 10
+    spy = Spy(Oracle(expected, right=right, n=n_draft))
     with Llama(str(model), n_ctx=256, n_threads=2, verbose=False, speculative=spy) as llm:
-        assert llm.create_completion(prompt, max_tokens=30, temperature=0.0)["choices"][0]["text"] == expected_text
+        assert llm.create_completion(prompt, max_tokens=40, temperature=0.0)["choices"][0]["text"] == expected_text
         drafted, accepted = _check_drafts(spy, expected)
         stats = llm.last_speculative_stats
         steps = stats["verification_steps"]  # the last draft may be cut short by max_tokens
-        assert 2 * (steps - 1) <= accepted <= 2 * steps and drafted > accepted
+        assert right * (steps - 1) <= accepted <= right * steps and drafted > accepted
         assert stats["rollbacks"] >= steps - 1
         if target == "qwen35":
-            assert llm.is_hybrid and llm.context_params.n_rs_seq == 6
-            assert all(len(r["draft"]) <= 6 for r in spy.records[0])
+            assert llm.is_hybrid and llm.context_params.n_rs_seq == min(n_draft, 8)
+        if n_draft > 8 and target == "qwen35":
+            assert stats["checkpoint_captures"] >= steps - 1 and stats["checkpoint_rollbacks"] >= steps - 1
+            assert stats["native_rollbacks"] + stats["checkpoint_rollbacks"] == stats["rollbacks"]
+            assert stats["checkpoint_buffer_bytes"] > 0
+        else:
+            assert stats["checkpoint_captures"] == 0 and stats["native_rollbacks"] == stats["rollbacks"]
 
 
 def test_concurrent_sequences_equal_plain_on_an_f32_model(tiny_spec_model: Any) -> None:

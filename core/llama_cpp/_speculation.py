@@ -14,13 +14,14 @@ from typing import Any, Mapping
 from llama_cpp_native import lib
 
 from . import _compose
+from .engine.context import Context
 from .engine.model import Model
 from .engine.speculative import SpeculativeStep
 from .llama_speculative import (DraftModelEngine, LlamaSpecEngine, SpecConfig, SpecTarget, SpeculativeType,
                                 create_spec_engine, speculative_output_limits)
 
-# n-gram drafts on a recurrent target: recurrent states kept per sequence so that a rejected draft
-# rolls back natively (model drafters get their draft_n_max, as llama.cpp gives them)
+# n-gram drafts on a recurrent target: recurrent states kept per sequence so that a short rejected draft
+# rolls back natively, a longer one from a checkpoint (model drafters get their draft_n_max, as in llama.cpp)
 _NGRAM_RS_STATES = 8
 
 
@@ -76,18 +77,20 @@ def size_context(engine: LlamaSpecEngine, cparams: Any, *, recurrent: bool) -> N
         cparams.n_rs_seq = max(cparams.n_rs_seq, wanted)
 
 
-def make_step(engine: LlamaSpecEngine, model: Model, ctx: Any, cparams: Any, *, recurrent: bool,
+def make_step(engine: LlamaSpecEngine, model: Model, ctx: Context, cparams: Any, *, recurrent: bool,
               verbose: bool) -> SpeculativeStep:
     """Attach ``engine`` to the context and wrap it in the scheduler's step, drafts capped to what fits
     (``cparams``: the parameters the context was created with)."""
+    ptr = ctx.ptr
     engine.attach(SpecTarget(
-        model=model, ctx=ctx, n_seq=lib.llama_n_seq_max(ctx), n_ctx=lib.llama_n_ctx(ctx),
-        n_batch=lib.llama_n_batch(ctx), n_ubatch=lib.llama_n_ubatch(ctx), n_threads=lib.llama_n_threads(ctx),
-        n_threads_batch=lib.llama_n_threads_batch(ctx), verbose=verbose))
+        model=model, ctx=ptr, n_seq=lib.llama_n_seq_max(ptr), n_ctx=lib.llama_n_ctx(ptr),
+        n_batch=lib.llama_n_batch(ptr), n_ubatch=lib.llama_n_ubatch(ptr), n_threads=lib.llama_n_threads(ptr),
+        n_threads_batch=lib.llama_n_threads_batch(ptr), verbose=verbose))
     per_seq = cparams.n_outputs_max_per_seq or cparams.n_outputs_max  # 0: the next limit up
-    cap = min(engine.max_draft_tokens(), lib.llama_n_batch(ctx) - 1)
+    cap = min(engine.max_draft_tokens(), lib.llama_n_batch(ptr) - 1)
     if per_seq > 0:
         cap = min(cap, per_seq - 1)
-    if recurrent:  # a rejected draft is rolled back from the states llama.cpp keeps
-        cap = min(cap, lib.llama_n_rs_seq(ctx))
-    return SpeculativeStep(engine, max_draft=cap, name=getattr(engine, "name", "") or type(engine).__name__)
+    # a recurrent target rolls back natively within its n_rs_seq states, from a checkpoint beyond
+    rollback_states = lib.llama_n_rs_seq(ptr) if recurrent else None
+    return SpeculativeStep(engine, max_draft=cap, name=getattr(engine, "name", "") or type(engine).__name__,
+                           ctx=ctx, rollback_states=rollback_states)

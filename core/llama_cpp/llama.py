@@ -305,7 +305,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if not vocab_only:
             self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab)
             if spec_engine is not None:
-                self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx.ptr, cparams,
+                self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx, cparams,
                                                          recurrent=self.is_hybrid, verbose=verbose)
             self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
                                         logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,

@@ -156,16 +156,17 @@ class Context:
         return bool(lib.llama_memory_can_shift(self.mem))
 
     # -- state --------------------------------------------------------------------
-    def seq_state(self, seq_id: int) -> bytes:
-        """llama.cpp's serialized state of one sequence."""
-        size = lib.llama_state_seq_get_size(self.ptr, seq_id)
+    def seq_state(self, seq_id: int, flags: int = 0) -> bytes:
+        """llama.cpp's serialized state of one sequence (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: only the
+        part that cannot drop a suffix, the recurrent state or the sliding window)."""
+        size = lib.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
         buf = ffi.new("uint8_t[]", size)
-        written = lib.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        written = lib.llama_state_seq_get_data_ext(self.ptr, buf, size, seq_id, flags)
         return ffi.buffer(buf, written)[:]
 
-    def set_seq_state(self, seq_id: int, data: bytes) -> bool:
+    def set_seq_state(self, seq_id: int, data: bytes, flags: int = 0) -> bool:
         """Load a sequence state into ``seq_id``; False if llama.cpp refused it."""
-        return lib.llama_state_seq_set_data(self.ptr, data, len(data), seq_id) == len(data) and len(data) > 0
+        return lib.llama_state_seq_set_data_ext(self.ptr, data, len(data), seq_id, flags) == len(data) and len(data) > 0
 
     def state(self) -> bytes:
         size = lib.llama_state_get_size(self.ptr)

@@ -453,18 +453,23 @@ class Scheduler:
 
     def _advance(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> _Outcome:
         try:
+            replay: list[int] = []
             if self._plain:  # the plain step, without its call: one token from the last row
                 token, raw = slot.sampler.sample(self.ctx, fed_rows[-1])  # type: ignore[union-attr]
                 samples, kept = ((token, fed_rows[-1], raw),), len(fed)
             else:
                 eog = None if slot.request.params.ignore_eos else self._is_eog  # type: ignore[union-attr]
-                samples, kept = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed, eog)  # type: ignore
+                samples, kept, replay = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed,  # type: ignore
+                                                       eog)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return _Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
             self.step.rollback(slot.seq_id, len(slot.ledger))
-        return self._outcome(slot, samples)
+        outcome = self._outcome(slot, samples)
+        if replay and outcome.finish is None:  # decoded again, then the last sampled token
+            slot.pending = [*replay, *slot.pending]
+        return outcome
 
     def _outcome(self, slot: Slot, samples: Sequence[tuple[int, int, Any]]) -> _Outcome:
         """The events of the sampled tokens (``Sampled`` or plain ``(token, row, raw)`` tuples), and whether

@@ -8,6 +8,12 @@ agrees with the draft (llama.cpp's ``common_sampler_sample_and_accept_n``):
 every token kept is the one the target chooses at that position, so the
 output is the target's whatever the engine proposes.  The scheduler rolls
 the rejected rows out of memory and tells the step, which tells the engine.
+
+A recurrent (or hybrid) target cannot drop a suffix of its state; llama.cpp
+keeps its last ``n_rs_seq`` states for that.  A longer draft is verified from
+a checkpoint instead (llama.cpp's tools do the same): the sequence's
+recurrent state is saved before the decode, and after a rejection it is put
+back and the accepted tokens are decoded again with the next tick.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import warnings
 from typing import Any, Sequence
 
 import numpy as np
+
+from llama_cpp_native import lib
 
 from ..llama_speculative import DecodedBatch, LlamaSpecEngine
 from .context import Context
@@ -43,13 +51,17 @@ STATS_KEYS = (
 class SequenceStats:
     """Counters and timings of one request's speculation (``Llama.last_speculative_stats``)."""
 
-    __slots__ = ("counts", "seconds", "per_position", "drafted_at", "started", "first_token", "ended")
+    __slots__ = ("counts", "seconds", "per_position", "drafted_at", "started", "first_token", "ended",
+                 "checkpoint_bytes")
 
     def __init__(self, started: float) -> None:
         self.counts = dict.fromkeys(("drafted", "accepted", "begin_calls", "draft_calls", "process_calls",
                                      "accept_calls", "generated_drafts", "accepted_drafts", "verification_steps",
-                                     "rollbacks", "generation_tokens"), 0)
-        self.seconds = dict.fromkeys(("begin", "draft", "target_decode", "target_sync", "process", "accept"), 0.0)
+                                     "rollbacks", "generation_tokens", "checkpoint_captures",
+                                     "checkpoint_restores"), 0)
+        self.seconds = dict.fromkeys(("begin", "draft", "target_decode", "target_sync", "process", "accept",
+                                      "checkpoint_capture", "checkpoint_restore"), 0.0)
+        self.checkpoint_bytes = 0  # the largest checkpoint taken
         self.per_position: list[int] = []  # accepted at draft position i
         self.drafted_at: list[int] = []  # drafts that reached position i
         self.started = started
@@ -95,13 +107,15 @@ class SequenceStats:
                 len(self.drafted_at) - len(self.per_position)), self.drafted_at)],
             "acceptance_rate": rate(accepted, drafted),
             "verification_steps": c["verification_steps"], "rollbacks": c["rollbacks"],
-            "native_rollbacks": c["rollbacks"], "checkpoint_rollbacks": 0,
+            "native_rollbacks": c["rollbacks"] - c["checkpoint_restores"],
+            "checkpoint_rollbacks": c["checkpoint_restores"],
             **{f"{name}_seconds": value for name, value in s.items()},
-            **dict.fromkeys(("checkpoint_captures", "checkpoint_restores", "checkpoint_verification_reuses",
-                             "checkpoint_native_captures", "checkpoint_native_restores",
-                             "checkpoint_device_captures", "checkpoint_device_restores",
-                             "checkpoint_native_verification_rollbacks", "checkpoint_buffer_bytes"), 0),
-            "checkpoint_capture_seconds": 0.0, "checkpoint_restore_seconds": 0.0,
+            "checkpoint_captures": c["checkpoint_captures"], "checkpoint_restores": c["checkpoint_restores"],
+            # host copies of the recurrent state: never reused, never on the device, never llama.cpp's own
+            **dict.fromkeys(("checkpoint_verification_reuses", "checkpoint_native_captures",
+                             "checkpoint_native_restores", "checkpoint_device_captures", "checkpoint_device_restores",
+                             "checkpoint_native_verification_rollbacks"), 0),
+            "checkpoint_buffer_bytes": self.checkpoint_bytes,
             "generation_tokens": c["generation_tokens"], "generation_seconds": total,
             "generation_tokens_per_second": rate(c["generation_tokens"], total),
             "time_to_first_token_seconds": ttft,
@@ -124,10 +138,11 @@ def empty_stats() -> dict[str, Any]:
 class _Sequence:
     """What the step knows of one sequence between its feed and its take."""
 
-    __slots__ = ("draft", "asked", "error", "stats", "active")
+    __slots__ = ("draft", "asked", "error", "stats", "active", "checkpoint")
 
     def __init__(self, stats: SequenceStats) -> None:
         self.draft: list[int] = []
+        self.checkpoint: bytes | None = None  # the recurrent state before this tick's draft
         self.asked = False  # the engine was asked for a draft this tick (it hears the outcome, even of none)
         self.error: BaseException | None = None
         self.stats = stats
@@ -138,16 +153,20 @@ class SpeculativeStep:
     """The scheduler's step for speculative decoding over one :class:`LlamaSpecEngine`.
 
     ``max_draft`` caps every draft (the decode's per-sequence outputs minus
-    the last token, and for recurrent targets the states llama.cpp keeps for
-    rollback, ``n_rs_seq``).
+    the last token).  ``rollback_states`` is None for a target whose memory
+    drops any suffix, else the states llama.cpp keeps per sequence
+    (``n_rs_seq``): a longer draft is verified from a checkpoint.
     """
 
     observes_batches = True
 
-    def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "") -> None:
+    def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "", ctx: Context | None = None,
+                 rollback_states: int | None = None) -> None:
         self.engine = engine
         self.max_draft = max(0, max_draft)
         self.name = name or type(engine).__name__
+        self.ctx = ctx
+        self.rollback_states = rollback_states
         self._seqs: dict[int, _Sequence] = {}
         self.last_stats: dict[str, Any] = empty_stats()
         self._totals = {"drafted": 0, "accepted": 0, "verification_steps": 0}
@@ -242,11 +261,23 @@ class SpeculativeStep:
         state.draft = draft
         if not draft:
             return list(pending), "last"
+        if self.rollback_states is not None and len(draft) > self.rollback_states:
+            self._capture(seq_id, state)
         return [*pending, *draft], "all"
 
+    def _capture(self, seq_id: int, state: _Sequence) -> None:
+        """Save the recurrent part of the sequence's state before a draft too long to roll back natively."""
+        t0 = time.perf_counter()
+        state.checkpoint = self.ctx.seq_state(seq_id, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)  # type: ignore[union-attr]
+        stats = state.stats
+        stats.seconds["checkpoint_capture"] += time.perf_counter() - t0
+        stats.counts["checkpoint_captures"] += 1
+        stats.checkpoint_bytes = max(stats.checkpoint_bytes, len(state.checkpoint))
+
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int], eog: Any = None) -> tuple[list[Sampled], int]:
-        """Verify the draft: sample each row while the sampler agrees with it; how many fed tokens stay."""
+             fed: Sequence[int], eog: Any = None) -> tuple[list[Sampled], int, list[int]]:
+        """Verify the draft: sample each row while the sampler agrees with it; how many fed tokens stay,
+        and what to decode again (after a rejection restored a checkpoint)."""
         state = self._seqs.get(seq_id)
         if state is not None and state.error is not None:
             error, state.error = state.error, None
@@ -257,7 +288,7 @@ class SpeculativeStep:
             if state is not None and state.asked:
                 state.asked = False
                 self.engine.accept(0, seq_id)
-            return [Sampled(token, rows[-1], raw)], len(fed)
+            return [Sampled(token, rows[-1], raw)], len(fed), []
         t0 = time.perf_counter()
         first = len(fed) - len(draft) - 1  # the row of the last pending token
         history = sampler.history
@@ -277,6 +308,7 @@ class SpeculativeStep:
             if pushed:
                 history.n -= pushed  # the scheduler adds what it hands out
         n_accepted = len(samples) - 1
+        checkpoint, state.checkpoint = state.checkpoint, None
         state.draft, state.asked = [], False
         stats = state.stats
         stats.seconds["target_sync"] += time.perf_counter() - t0
@@ -284,7 +316,16 @@ class SpeculativeStep:
         t0 = time.perf_counter()
         self.engine.accept(n_accepted, seq_id)
         stats.seconds["accept"] += time.perf_counter() - t0
-        return samples, len(fed) - (len(draft) - n_accepted)
+        kept = len(fed) - (len(draft) - n_accepted)
+        if checkpoint is None or kept == len(fed):
+            return samples, kept, []
+        # the recurrent state went past the rejection: put it back, and decode the accepted tokens again
+        t0 = time.perf_counter()
+        if not ctx.set_seq_state(seq_id, checkpoint, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY):
+            raise RuntimeError(f"llama.cpp refused the state checkpoint of sequence {seq_id}")
+        stats.seconds["checkpoint_restore"] += time.perf_counter() - t0
+        stats.counts["checkpoint_restores"] += 1
+        return samples, 0, list(fed[:kept])
 
     def close(self) -> None:
         self.engine.close()

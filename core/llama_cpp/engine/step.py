@@ -41,9 +41,11 @@ class Step(Protocol):
         ``"all"``."""
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int]:
+             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
         """After the decode (``rows[i]`` is the batch row of ``fed[i]``): the sampled tokens in order (none
-        after an ``eog`` token), and how many of ``fed`` stay in memory (fewer when drafts were rejected)."""
+        after an ``eog`` token), how many of ``fed`` stay in memory (fewer when drafts were rejected), and
+        the tokens to decode again before the last sampled one (the accepted part of a draft whose
+        rejection restored a state checkpoint)."""
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         """The memory of ``seq_id`` now holds only its first ``n_tokens`` tokens."""
@@ -70,9 +72,9 @@ class PlainStep:
         return list(pending), "last"
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int]:
+             fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
         token, raw = sampler.sample(ctx, rows[-1])
-        return [Sampled(token, rows[-1], raw)], len(fed)
+        return [Sampled(token, rows[-1], raw)], len(fed), []
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         pass
