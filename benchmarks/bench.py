@@ -180,10 +180,11 @@ def ours_copy_tps(llm: Llama, prompt: str = SPEC_PROMPT, n: int = SPEC_N) -> flo
     return (len(times) - 1) / (times[-1] - times[0])
 
 
-def native_copy_tps(model: Path, prompt_file: Path, spec_type: str | None) -> tuple[float, int, int]:
+def native_copy_tps(model: Path, spec_type: str | None) -> tuple[float, int, int]:
     """llama.cpp's generation rate on the same prompt: llama-speculative-simple with ``spec_type``
-    (its decode phase), or llama-completion's eval rate when None; with drafted and accepted counts."""
-    common = ["-m", str(model), "-f", str(prompt_file), "-n", str(SPEC_N), "--temp", "0", "-t", str(THREADS),
+    (its decode phase), or llama-completion's eval rate when None; with drafted and accepted counts.
+    The prompt goes in with -p: -f drops the file's last newline."""
+    common = ["-m", str(model), "-p", SPEC_PROMPT, "-n", str(SPEC_N), "--temp", "0", "-t", str(THREADS),
               "-tb", str(THREADS), "-c", "2048"]
     if spec_type is None:
         for _ in range(5):
@@ -206,8 +207,6 @@ def native_copy_tps(model: Path, prompt_file: Path, spec_type: str | None) -> tu
 
 def speculative_case(smol: Path) -> None:
     """(i): see the module's docstring.  Prints its own table."""
-    prompt_file = cache_dir() / "bench-spec-prompt.txt"
-    prompt_file.write_text(SPEC_PROMPT)
     rounds = max(3, ROUNDS // 2)
     plain_ours: list[float] = []
     plain_native: list[float] = []
@@ -219,11 +218,11 @@ def speculative_case(smol: Path) -> None:
         llms = {e: Llama(str(smol), speculative={"engine": e}, **kw) for e in SPEC_ENGINES}
         for _ in range(rounds):
             plain_ours.append(ours_copy_tps(plain))
-            plain_native.append(native_copy_tps(smol, prompt_file, None)[0])
+            plain_native.append(native_copy_tps(smol, None)[0])
             for engine, llm in llms.items():
                 ours[engine].append(ours_copy_tps(llm))
                 stats = llm.last_speculative_stats
-                rate, drafted, accepted = native_copy_tps(smol, prompt_file, engine)
+                rate, drafted, accepted = native_copy_tps(smol, engine)
                 native[engine].append(rate)
                 counts[engine] = (stats["drafted"], stats["accepted"], drafted, accepted)
         for llm in llms.values():

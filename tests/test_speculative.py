@@ -234,22 +234,23 @@ def test_prefix_reuse_keeps_working_with_speculation(smollm2_model_path: Path) -
     llm.close()
 
 
-def test_speculative_steps_match_llama_speculative_simple(smollm2_model_path: Path) -> None:
+@pytest.mark.parametrize("spec_type", NGRAM_TYPES)
+def test_speculative_steps_match_llama_speculative_simple(spec_type: str, smollm2_model_path: Path) -> None:
     """The same drafter, prompt and settings: every verification of ours is one of llama.cpp's tool.
 
     The tool evaluates the prompt but its last token, then drafts after that token; we evaluate the
     whole prompt (as plain decoding does) and draft after the first sampled token.  With a prompt
     whose first draft is empty ("accepted 0/0" in the tool's log), the two loops are in step from
     the second verification of the tool on."""
-    n_predict = 64
+    n_predict = 128
     proc = subprocess.run(
         [str(tool("llama-speculative-simple")), "-m", str(smollm2_model_path), "-p", CODE_PROMPT, "-n",
-         str(n_predict), "--temp", "0", "-t", "2", "-c", "2048", "--spec-type", "ngram-map-k", "-lv", "5"],
+         str(n_predict), "--temp", "0", "-t", "2", "-c", "2048", "--spec-type", spec_type, "-lv", "5"],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     theirs = [(int(a), int(d)) for a, d in re.findall(r"accepted (\d+)/(\d+) draft tokens", proc.stdout + proc.stderr)]
     assert theirs and theirs[0] == (0, 0)
-    _text, spy, llm = _run(smollm2_model_path, {"spec_type": "ngram-map-k"}, CODE_PROMPT, n_predict + 1, n_ctx=2048)
+    _text, spy, llm = _run(smollm2_model_path, {"spec_type": spec_type}, CODE_PROMPT, n_predict + 1, n_ctx=2048)
     ours = spy.steps()
     common = min(len(ours), len(theirs) - 1) - 1  # the last one may be cut by each loop's own length limit
     assert common > 5
