@@ -20,9 +20,10 @@ from .engine.speculative import SpeculativeStep
 from .llama_speculative import (DraftModelEngine, LlamaSpecEngine, SpecConfig, SpecTarget, SpeculativeType,
                                 create_spec_engine, speculative_output_limits)
 
-# n-gram drafts on a recurrent target: recurrent states kept per sequence so that a short rejected draft
-# rolls back natively, a longer one from a checkpoint (model drafters get their draft_n_max, as in llama.cpp)
-_NGRAM_RS_STATES = 8
+# recurrent states kept per sequence of a recurrent target: a draft up to this long rolls back natively,
+# a longer one from a checkpoint; each state is a copy of the sequence's recurrent state (llama.cpp gives
+# its model drafters draft_n_max states, 3 by default)
+_RS_STATES = 8
 
 
 def resolve(speculative: Any, draft_model: Any) -> LlamaSpecEngine | None:
@@ -72,9 +73,7 @@ def size_context(engine: LlamaSpecEngine, cparams: Any, *, recurrent: bool) -> N
     if cparams.n_outputs_max_per_seq != 0:
         cparams.n_outputs_max_per_seq = max(cparams.n_outputs_max_per_seq, per_seq)
     if recurrent:
-        wanted = n_draft if engine.needs_target_mtp() or getattr(engine, "drafts_with_model", False) \
-            else min(n_draft, _NGRAM_RS_STATES)
-        cparams.n_rs_seq = max(cparams.n_rs_seq, wanted)
+        cparams.n_rs_seq = max(cparams.n_rs_seq, min(n_draft, _RS_STATES))
 
 
 def make_step(engine: LlamaSpecEngine, model: Model, ctx: Context, cparams: Any, *, recurrent: bool,

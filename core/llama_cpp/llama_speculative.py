@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .engine.step import DecodedBatch
 from .plugins import SpeculativeEngine, get_host
 
 if TYPE_CHECKING:
@@ -307,15 +308,6 @@ class SpecTarget(NamedTuple):
     n_threads: int
     n_threads_batch: int
     verbose: bool
-
-
-class DecodedBatch(NamedTuple):
-    """The rows of one target decode, as handed to :meth:`LlamaSpecEngine.process`."""
-
-    tokens: np.ndarray  # int32
-    positions: np.ndarray  # int32
-    seq_ids: np.ndarray  # int32
-    outputs: np.ndarray  # int8: the row has logits
 
 
 class LlamaSpecEngine(abc.ABC):

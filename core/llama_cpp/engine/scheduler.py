@@ -32,13 +32,12 @@ import numpy as np
 from llama_cpp_native import lib
 
 from .._adapters import Adapters
-from ..llama_speculative import DecodedBatch
 from .context import DECODE_ABORTED, Context
 from .ledger import Ledger
 from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
-from .step import PlainStep, Sampled, Step
+from .step import DecodedBatch, PlainStep, Sampled, Step
 
 
 class Slot:

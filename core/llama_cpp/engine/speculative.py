@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-
 from llama_cpp_native import lib
 
-from ..llama_speculative import DecodedBatch, LlamaSpecEngine
 from .context import Context
 from .sampler import SequenceSampler
-from .step import Sampled
+from .step import DecodedBatch, Sampled
+
+if TYPE_CHECKING:
+    from ..llama_speculative import LlamaSpecEngine
 
 STATS_KEYS = (
     "drafted", "verified", "accepted", "begin_calls", "draft_calls", "process_calls", "accept_calls",

@@ -15,8 +15,19 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
+import numpy as np
+
 from .context import Context
 from .sampler import SequenceSampler
+
+
+class DecodedBatch(NamedTuple):
+    """The rows of one decode, as a step that ``observes_batches`` sees them (views, valid until the next)."""
+
+    tokens: np.ndarray  # int32
+    positions: np.ndarray  # int32
+    seq_ids: np.ndarray  # int32
+    outputs: np.ndarray  # int8: the row has logits
 
 
 class Sampled(NamedTuple):

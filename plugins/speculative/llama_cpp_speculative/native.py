@@ -42,7 +42,6 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
         if self.type.is_none():
             raise ValueError("SpecConfig.spec_type is NONE: a native engine needs a speculative type")
         self.name = self.type.to_str()
-        self.drafts_with_model = self.type.is_draft()
         self._spec: NativeHandle | None = None
         self._draft_model: NativeHandle | None = None
         self._draft_ctx: NativeHandle | None = None
