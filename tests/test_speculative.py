@@ -483,3 +483,32 @@ def test_structured_output_with_speculation(smollm2_model_path: Path) -> None:
         out = llm.create_chat_completion(messages, **kw)["choices"][0]["message"]["content"]
         assert out == expected
         assert llm.last_speculative_stats["drafted"] > 0
+
+
+MODEL_TYPES_FOR_THE_TOOL = {
+    "draft-eagle3": ("target", "eagle3"),
+    "draft-dflash": ("target", "dflash"),
+    "draft-dspark": ("target", "dspark"),
+    "draft-mtp": ("glm4moe", None),
+}
+
+
+@pytest.mark.parametrize("spec_type", sorted(MODEL_TYPES_FOR_THE_TOOL))
+def test_model_drafters_step_like_llama_speculative_simple(spec_type: str, tiny_spec_model: Any) -> None:
+    """On the tiny models (random drafts, none accepted) our verifications are the tool's, one step later."""
+    target, draft = MODEL_TYPES_FOR_THE_TOOL[spec_type]
+    cmd = [str(tool("llama-speculative-simple")), "-m", str(tiny_spec_model(target)), "-p", "Hello world", "-n", "24",
+           "--temp", "0", "-t", "2", "-c", "256", "--spec-type", spec_type, "-lv", "5"]
+    config: dict[str, Any] = {"spec_type": spec_type}
+    if draft is not None:
+        cmd += ["-md", str(tiny_spec_model(draft))]
+        config["draft_model_path"] = str(tiny_spec_model(draft))
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = [(int(a), int(d)) for a, d in re.findall(r"accepted (\d+)/(\d+) draft tokens", proc.stdout + proc.stderr)]
+    _text, spy, llm = _run(tiny_spec_model(target), config, "Hello world", 25, n_ctx=256)
+    ours = spy.steps()
+    common = min(len(ours), len(theirs) - 1) - 4  # the last ones are cut by each loop's own length limit
+    assert common > 10
+    assert ours[:common] == theirs[1:common + 1]
+    llm.close()

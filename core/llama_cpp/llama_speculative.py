@@ -458,11 +458,22 @@ def create_spec_engine(config: SpecConfig | Mapping[str, Any]) -> LlamaSpecEngin
 def create_native_spec_engine(config: SpecConfig, *, target_model: Model, target_context: Any,
                               model_params: Any = None, context_params: Any = None,
                               verbose: bool = False) -> LlamaSpecEngine:
-    """The seed's factory for engines bound to a target at once (MTP and the draft-model types)."""
+    """The seed's factory for engines bound to a target at once (MTP and the draft-model types).
+
+    ``target_model`` is a :class:`llama_cpp.engine.Model` or a raw ``llama_model *`` (not owned: the
+    caller frees it, after the engine); ``target_context`` a context object or a ``llama_context *``.
+    ``model_params`` and ``context_params`` are accepted for the seed's signature: the draft's own
+    parameters come from the config and the target context.
+    """
     from llama_cpp_native import lib
+
+    from ._handles import NativeHandle
+    from .engine.model import Model
 
     engine = create_spec_engine(config)
     ctx = getattr(target_context, "ptr", target_context)
+    if not isinstance(target_model, Model):
+        target_model = Model(NativeHandle(target_model, lambda _ptr: None, "target model"))
     engine.attach(SpecTarget(
         model=target_model, ctx=ctx, n_seq=lib.llama_n_seq_max(ctx), n_ctx=lib.llama_n_ctx(ctx),
         n_batch=lib.llama_n_batch(ctx), n_ubatch=lib.llama_n_ubatch(ctx),

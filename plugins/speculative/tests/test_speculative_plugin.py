@@ -86,3 +86,25 @@ def test_lookup_cache_check(tmp_path: Path) -> None:
         check_lookup_cache(zero, 100)
     with pytest.raises(ValueError, match="cannot be read"):
         check_lookup_cache(tmp_path / "missing.bin", 100)
+
+
+def test_create_native_spec_engine_on_raw_pointers(tiny_model_path: Path) -> None:
+    """The seed's factory, bound to a model and context made with the low-level API."""
+    from llama_cpp import llama_cpp as C
+    from llama_cpp.llama_speculative import create_native_spec_engine
+
+    C.llama_backend_init()
+    model = C.llama_model_load_from_file(str(tiny_model_path).encode(), C.llama_model_default_params())
+    ctx = C.llama_init_from_model(model, C.llama_context_default_params())
+    try:
+        engine = create_native_spec_engine(SpecConfig(spec_type="ngram-simple", ngram_size_n=2, ngram_size_m=3),
+                                           target_model=model, target_context=ctx)
+        history = np.asarray([1, 5, 6, 7, 8, 9, 10, 5], dtype=np.intc)  # llama.cpp skips a match at 0
+        engine.begin(history, 0)
+        assert engine.draft(history, n_past=len(history), id_last=6, n_max=3).tolist() == [7, 8, 9]
+        engine.accept(3, 0)
+        engine.close()
+        engine.close()
+    finally:
+        C.llama_free(ctx)
+        C.llama_model_free(model)
