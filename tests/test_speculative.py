@@ -234,7 +234,7 @@ def test_prefix_reuse_keeps_working_with_speculation(smollm2_model_path: Path) -
     llm.close()
 
 
-@pytest.mark.parametrize("spec_type", NGRAM_TYPES)
+@pytest.mark.parametrize("spec_type", [*NGRAM_TYPES, "ngram-cache"])
 def test_speculative_steps_match_llama_speculative_simple(spec_type: str, smollm2_model_path: Path) -> None:
     """The same drafter, prompt and settings: every verification of ours is one of llama.cpp's tool.
 
