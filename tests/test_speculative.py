@@ -512,3 +512,40 @@ def test_model_drafters_step_like_llama_speculative_simple(spec_type: str, tiny_
     assert common > 10
     assert ours[:common] == theirs[1:common + 1]
     llm.close()
+
+
+class Batching(LlamaSpecEngine):
+    """Drafts every sequence in one call ("the last token again", always wrong), recording the call sizes."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def draft(self, input_ids, /, *, n_past, id_last, n_max, seq_id=0):  # noqa: ANN001, ANN201
+        raise AssertionError("draft_many is overridden: draft is not called")
+
+    def draft_many(self, requests):  # noqa: ANN001, ANN201
+        self.sizes.append(len(requests))
+        return [np.asarray([r.id_last] * min(r.n_max, 3), dtype=np.intc) for r in requests]
+
+
+def test_drafts_of_concurrent_sequences_are_asked_together(tiny_spec_model: Any) -> None:
+    target = str(tiny_spec_model("target"))
+    prompts = ["Hello world", "The quick brown fox", "Once upon a time there", "def main():"]
+    with Llama(target, n_ctx=1024, n_threads=2, verbose=False) as plain:
+        expected = [plain.create_completion(p, max_tokens=24, temperature=0.0)["choices"][0]["text"] for p in prompts]
+    engine = Batching()
+    with Llama(target, n_ctx=1024, n_seq_max=4, n_threads=2, verbose=False, speculative=engine) as llm:
+        texts: list[Any] = [None] * len(prompts)
+        barrier = threading.Barrier(len(prompts))
+
+        def run(i: int) -> None:
+            barrier.wait()
+            texts[i] = llm.create_completion(prompts[i], max_tokens=24, temperature=0.0)["choices"][0]["text"]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert texts == expected
+        assert max(engine.sizes) >= 2  # several sequences' drafts in one call

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DecodedBatch",
+    "DraftRequest",
     "LlamaDraftModel",
     "LlamaSpecEngine",
     "SpecConfig",
@@ -310,6 +311,16 @@ class SpecTarget(NamedTuple):
     verbose: bool
 
 
+class DraftRequest(NamedTuple):
+    """One sequence's request for a draft in :meth:`LlamaSpecEngine.draft_many` (the arguments of ``draft``)."""
+
+    seq_id: int
+    input_ids: np.ndarray
+    n_past: int
+    id_last: int
+    n_max: int
+
+
 class LlamaSpecEngine(abc.ABC):
     """The contract of a speculative engine (what a vendor implements).
 
@@ -320,7 +331,9 @@ class LlamaSpecEngine(abc.ABC):
     - ``draft(input_ids, n_past=, id_last=, n_max=, seq_id=)`` before a
       decode: up to ``n_max`` tokens expected to follow ``id_last``
       (``input_ids`` are the ``n_past`` tokens in memory; an empty array
-      means no draft this time);
+      means no draft this time).  The tick asks every sequence at once
+      through ``draft_many``, which calls ``draft`` for each unless the
+      engine drafts them together (a draft model decodes them in one batch);
     - ``accept(n_accepted, seq_id)`` after verification: the first
       ``n_accepted`` drafted tokens were kept;
     - ``rollback(n_tokens, seq_id)`` whenever the target's memory of that
@@ -356,6 +369,12 @@ class LlamaSpecEngine(abc.ABC):
     def draft(self, input_ids: np.ndarray, /, *, n_past: int, id_last: int, n_max: int,
               seq_id: int = 0) -> np.ndarray:
         """Up to ``n_max`` tokens to follow ``id_last`` (``input_ids[:n_past]`` are in memory)."""
+
+    def draft_many(self, requests: Sequence[DraftRequest]) -> list[np.ndarray]:
+        """Drafts for several sequences of one tick, in order.  Override it to draft them together; an
+        exception then ends every request of the call (the default ends only the one that raised)."""
+        return [self.draft(r.input_ids, n_past=r.n_past, id_last=r.id_last, n_max=r.n_max, seq_id=r.seq_id)
+                for r in requests]
 
     def accept(self, n_accepted: int, seq_id: int = 0) -> None:  # noqa: B027 - optional hook
         """The first ``n_accepted`` tokens of the last draft for ``seq_id`` were kept."""

@@ -69,7 +69,7 @@ struct llama_cpp_native_spec {
     common_speculative * spec = nullptr;
     std::vector<llama_tokens> history;  // per sequence: the tokens in the target's memory
     common_batch batch;                 // mirror of the last target batch, for _process
-    llama_tokens draft;                 // the result of the last _draft
+    std::vector<llama_tokens> drafts;   // per sequence: the result of the last _draft_many
 
     ~llama_cpp_native_spec() { common_speculative_free(spec); }
 };
@@ -113,6 +113,7 @@ extern "C" struct llama_cpp_native_spec * llama_cpp_native_spec_init(
             return nullptr;
         }
         out->history.resize(p->n_seq);
+        out->drafts.resize(p->n_seq);
         out->batch = common_batch(p->ctx_tgt);
         return out;
     });
@@ -162,26 +163,36 @@ extern "C" bool llama_cpp_native_spec_process(struct llama_cpp_native_spec * spe
     });
 }
 
-extern "C" int32_t llama_cpp_native_spec_draft(struct llama_cpp_native_spec * spec, int32_t seq_id,
-        llama_token id_last, int32_t n_max, llama_token * out, int32_t capacity, char ** error) {
-    return guarded<int32_t>(error, -1, [&]() -> int32_t {
-        if (!valid_seq(spec, seq_id, error)) {
-            return -1;
+extern "C" bool llama_cpp_native_spec_draft_many(struct llama_cpp_native_spec * spec, int32_t n,
+        const int32_t * seq_ids, const llama_token * id_last, const int32_t * n_max, llama_token * out,
+        int32_t stride, int32_t * counts, char ** error) {
+    return guarded<bool>(error, false, [&]() {
+        for (int32_t i = 0; i < n; ++i) {
+            if (!valid_seq(spec, seq_ids[i], error)) {
+                return false;
+            }
         }
-        const llama_tokens & history = spec->history[seq_id];
-        spec->draft.clear();
-        common_speculative_get_draft_params(spec->spec, seq_id) = {
-            /* .drafting = */ true,
-            /* .n_max    = */ n_max,
-            /* .pos0     = */ static_cast<llama_pos>(history.size()),
-            /* .id_last  = */ id_last,
-            /* .prompt   = */ &history,
-            /* .result   = */ &spec->draft,
-        };
-        common_speculative_draft(spec->spec);
-        const int32_t n = std::min<int32_t>(static_cast<int32_t>(spec->draft.size()), std::min(n_max, capacity));
-        std::copy(spec->draft.begin(), spec->draft.begin() + std::max(n, 0), out);
-        return std::max(n, 0);
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t seq_id = seq_ids[i];
+            const llama_tokens & history = spec->history[seq_id];
+            spec->drafts[seq_id].clear();
+            common_speculative_get_draft_params(spec->spec, seq_id) = {
+                /* .drafting = */ true,
+                /* .n_max    = */ n_max[i],
+                /* .pos0     = */ static_cast<llama_pos>(history.size()),
+                /* .id_last  = */ id_last[i],
+                /* .prompt   = */ &history,
+                /* .result   = */ &spec->drafts[seq_id],
+            };
+        }
+        common_speculative_draft(spec->spec);  // every drafting sequence at once
+        for (int32_t i = 0; i < n; ++i) {
+            const llama_tokens & draft = spec->drafts[seq_ids[i]];
+            const int32_t count = std::min<int32_t>(static_cast<int32_t>(draft.size()), std::min(n_max[i], stride));
+            std::copy(draft.begin(), draft.begin() + std::max(count, 0), out + static_cast<size_t>(i) * stride);
+            counts[i] = std::max(count, 0);
+        }
+        return true;
     });
 }
 

@@ -76,10 +76,12 @@ LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_process(struct llama_cpp_na
         const llama_token * tokens, const llama_pos * pos, const int32_t * seq_ids, const int8_t * outputs,
         int32_t n_tokens, char ** error);
 
-/* A draft to follow id_last on seq_id (at most n_max tokens, and at most capacity): the count
- * written to out, or -1 with *error set. */
-LLAMA_CPP_NATIVE_SHIM_API int32_t llama_cpp_native_spec_draft(struct llama_cpp_native_spec * spec, int32_t seq_id,
-        llama_token id_last, int32_t n_max, llama_token * out, int32_t capacity, char ** error);
+/* Drafts for n sequences at once (the model drafters decode them together): for sequence seq_ids[i],
+ * after id_last[i], at most n_max[i] tokens, written to out + i * stride, their count to counts[i].
+ * False with *error set on failure. */
+LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_draft_many(struct llama_cpp_native_spec * spec, int32_t n,
+        const int32_t * seq_ids, const llama_token * id_last, const int32_t * n_max, llama_token * out,
+        int32_t stride, int32_t * counts, char ** error);
 
 /* n_accepted drafted tokens were accepted; kept[0..n_kept) are the tokens that entered the target's
  * memory for good (the token the draft followed, then the accepted drafts). */

@@ -81,6 +81,7 @@ class Scheduler:
         self.step: Step = step or PlainStep()
         self._plain = type(self.step) is PlainStep  # the per-token path skips the protocol's calls
         self._observes = bool(getattr(self.step, "observes_batches", False))
+        self._drafts = hasattr(self.step, "prepare")  # a step that drafts for every sequence before a tick
         self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
         self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
         self.waiting: collections.deque[Request] = collections.deque()
@@ -355,10 +356,29 @@ class Scheduler:
             ready.sort(key=lambda s: s.request.state == RequestState.PREFILL)  # type: ignore[union-attr]
         return ready
 
+    def _ask_drafts(self, plan: list[Slot]) -> None:
+        """A step that drafts is asked for every running sequence's draft at once, each sized to a fair
+        share of the batch and of the decode's outputs (``_fill_batch`` cuts them to what is left)."""
+        running = [s for s in plan if s.request.state == RequestState.RUNNING]  # type: ignore[union-attr]
+        if not running:
+            return
+        pendings = [[*s.pending, *s.request.sent] for s in running]  # type: ignore[union-attr]
+        fed = sum(len(p) for p in pendings)
+        share = (min(self.ctx.batch.capacity, self.max_outputs) - fed) // len(running)
+        wanted = []
+        for slot, pending in zip(running, pendings):
+            request = slot.request
+            room = min(share, request.max_tokens - request.n_generated - len(pending),  # type: ignore[union-attr]
+                       self.ctx.n_ctx_seq - len(slot.ledger) - len(pending))
+            wanted.append((slot.seq_id, pending, slot.ledger.tokens, room))
+        self.step.prepare(wanted)  # type: ignore[attr-defined]
+
     def _fill_batch(self, plan: list[Slot]) -> list[tuple[Slot, list[int], list[int], bool]]:
         """Write the plan into the batch: (slot, tokens fed, their batch rows, is it prompt?) per sequence."""
         batch = self.ctx.batch
         batch.n = 0
+        if self._drafts:
+            self._ask_drafts(plan)
         rows = []
         outputs = 0
         key = plan[0].request.adapter_key  # type: ignore[union-attr]

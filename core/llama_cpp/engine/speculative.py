@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from llama_cpp_native import lib
 
+from ..llama_speculative import DraftRequest, LlamaSpecEngine
 from .context import Context
 from .sampler import SequenceSampler
 from .step import DecodedBatch, Sampled
-
-if TYPE_CHECKING:
-    from ..llama_speculative import LlamaSpecEngine
 
 STATS_KEYS = (
     "drafted", "verified", "accepted", "begin_calls", "draft_calls", "process_calls", "accept_calls",
@@ -239,27 +237,55 @@ class SpeculativeStep:
             state.stats.counts["process_calls"] += 1
 
     # -- the Step protocol ----------------------------------------------------------------
-    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
-        """``pending`` and, when exactly one token is pending, a draft of at most ``n_max`` tokens after it."""
-        state = self._seqs.get(seq_id)
-        n_max = min(n_max, self.max_draft)
-        if state is None or not state.active or state.error is not None or len(pending) != 1 or n_max <= 0:
-            if state is not None:
-                state.draft, state.asked = [], False
-            return list(pending), "last"
-        state.asked = True
+    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
+        """Before the batch is filled: drafts for every running sequence at once, from ``(seq_id, pending,
+        history, n_max)`` each (one ``draft_many`` call, so a draft model decodes them together)."""
+        asked: list[tuple[_Sequence, DraftRequest]] = []
+        for seq_id, pending, history, n_max in wanted:
+            state = self._seqs.get(seq_id)
+            if state is None:
+                continue
+            state.draft, state.asked = [], False
+            n_max = min(n_max, self.max_draft)
+            if not state.active or state.error is not None or len(pending) != 1 or n_max <= 0:
+                continue
+            state.asked = True
+            asked.append((state, DraftRequest(seq_id, np.asarray(history, dtype=np.intc), len(history),
+                                              int(pending[0]), n_max)))
+        if not asked:
+            return
         t0 = time.perf_counter()
+        if type(self.engine).draft_many is LlamaSpecEngine.draft_many:  # one call each: an error is its own
+            for state, request in asked:
+                self._collect([(state, request)], lambda r=request: [self.engine.draft(
+                    r.input_ids, n_past=r.n_past, id_last=r.id_last, n_max=r.n_max, seq_id=r.seq_id)])
+        else:
+            self._collect(asked, lambda: self.engine.draft_many([r for _s, r in asked]))
+        elapsed = (time.perf_counter() - t0) / len(asked)
+        for state, _request in asked:
+            state.stats.seconds["draft"] += elapsed
+            state.stats.counts["draft_calls"] += 1
+
+    def _collect(self, asked: list[tuple[_Sequence, DraftRequest]], call: Any) -> None:
+        """Run one drafting ``call`` for ``asked`` and keep each draft (an error ends those requests)."""
         try:
-            proposed = self.engine.draft(np.asarray(history, dtype=np.intc), n_past=len(history),
-                                         id_last=int(pending[0]), n_max=n_max, seq_id=seq_id)
-            draft = [int(t) for t in np.asarray(proposed).reshape(-1)[:n_max]]
-        except Exception as exc:  # noqa: BLE001 - ends this request (at its take), not the others
-            state.error = RuntimeError(f"speculative engine {self.name!r} failed to draft: {exc}")
-            state.error.__cause__ = exc
-            draft = []
-        state.stats.seconds["draft"] += time.perf_counter() - t0
-        state.stats.counts["draft_calls"] += 1
-        state.draft = draft
+            proposed = call()
+            if len(proposed) != len(asked):
+                raise ValueError(f"draft_many returned {len(proposed)} drafts for {len(asked)} sequences")
+            for (state, request), tokens in zip(asked, proposed):
+                state.draft = [int(t) for t in np.asarray(tokens).reshape(-1)[:request.n_max]]
+        except Exception as exc:  # noqa: BLE001 - ends these requests (at their take), not the others
+            for state, _request in asked:
+                state.error = RuntimeError(f"speculative engine {self.name!r} failed to draft: {exc}")
+                state.error.__cause__ = exc
+                state.draft = []
+
+    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+        """``pending`` and the prepared draft after it, cut to the ``n_max`` tokens that still fit."""
+        state = self._seqs.get(seq_id)
+        if state is None or not state.draft:
+            return list(pending), "last"
+        draft = state.draft = state.draft[:max(0, n_max)]
         if not draft:
             return list(pending), "last"
         if self.rollback_states is not None and len(draft) > self.rollback_states:

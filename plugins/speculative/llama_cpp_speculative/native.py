@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
-from llama_cpp.llama_speculative import (DecodedBatch, LlamaSpecEngine, SpecConfig, SpecTarget, SpeculativeType)
+from llama_cpp.llama_speculative import (DecodedBatch, DraftRequest, LlamaSpecEngine, SpecConfig, SpecTarget,
+                                         SpeculativeType)
 from llama_cpp.native import NativeHandle, load_model, moe_cpu_overrides, new_context
 from llama_cpp_native import ffi, lib
 
@@ -47,7 +48,7 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
         self._draft_ctx: NativeHandle | None = None
         self._draft_mem: Any = None
         self._error = ffi.new("char **")
-        self._out = ffi.new("llama_token[]", max(1, config.max_draft_tokens()))
+        self._width = max(1, config.max_draft_tokens())  # the longest draft: the width of a draft buffer
         self._hist_len: list[int] = []  # per sequence: tokens in the shim's history
         self._mirrored: list[int] = []  # per sequence: leading target tokens the draft context has seen
         self._drafting: list[bool] = []  # per sequence: drafts allowed in this request
@@ -211,24 +212,44 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
 
     def draft(self, input_ids: np.ndarray, /, *, n_past: int, id_last: int, n_max: int,
               seq_id: int = 0) -> np.ndarray:
+        return self.draft_many([DraftRequest(seq_id, input_ids, n_past, id_last, n_max)])[0]
+
+    def draft_many(self, requests: Sequence[DraftRequest]) -> list[np.ndarray]:
+        """Every sequence's draft in one ``common_speculative_draft`` (a draft model decodes them together)."""
         spec = self._live()
-        if not self._drafting[seq_id]:
-            return np.empty(0, dtype=np.intc)
-        if self._draft_ctx is not None and self._mirrored[seq_id] < n_past:
-            self._drafting[seq_id] = False  # the draft context missed tokens: no more drafts in this request
-            return np.empty(0, dtype=np.intc)
-        if self._hist_len[seq_id] != n_past:  # tokens entered without a draft (sent in, evaluated): catch up
-            self._restart(seq_id, input_ids[:n_past])
-        n_max = min(n_max, len(self._out))
-        count = lib.llama_cpp_native_spec_draft(spec, seq_id, id_last, n_max, self._out, len(self._out), self._error)
-        if count < 0:
+        out: list[np.ndarray] = [np.empty(0, dtype=np.intc)] * len(requests)
+        asked: list[int] = []
+        for i, r in enumerate(requests):
+            if not self._drafting[r.seq_id]:
+                continue
+            if self._draft_ctx is not None and self._mirrored[r.seq_id] < r.n_past:
+                self._drafting[r.seq_id] = False  # the draft context missed tokens: no more drafts in this request
+                continue
+            if self._hist_len[r.seq_id] != r.n_past:  # tokens entered without a draft (sent in, evaluated)
+                self._restart(r.seq_id, r.input_ids[:r.n_past])
+            asked.append(i)
+        if not asked:
+            return out
+        stride = self._width
+        buf = np.empty((len(asked), stride), dtype=np.int32)
+        counts = np.zeros(len(asked), dtype=np.int32)
+        seq_ids = np.asarray([requests[i].seq_id for i in asked], dtype=np.int32)
+        id_last = np.asarray([requests[i].id_last for i in asked], dtype=np.int32)
+        n_max = np.asarray([min(requests[i].n_max, stride) for i in asked], dtype=np.int32)
+        if not lib.llama_cpp_native_spec_draft_many(
+                spec, len(asked), ffi.from_buffer("int32_t[]", seq_ids), ffi.from_buffer("llama_token[]", id_last),
+                ffi.from_buffer("int32_t[]", n_max), ffi.from_buffer("llama_token[]", buf), stride,
+                ffi.from_buffer("int32_t[]", counts), self._error):
             raise RuntimeError(_take_error(self._error, "drafting failed"))
-        if self._draft_ctx is not None:  # the draft's own guesses leave its memory before verification
-            lib.llama_memory_seq_rm(self._draft_mem, seq_id, n_past, -1)
-            self._mirrored[seq_id] = min(self._mirrored[seq_id], n_past)
-        drafted = np.frombuffer(ffi.buffer(self._out, 4 * count), dtype=np.intc).copy()
-        self._last[seq_id] = (id_last, drafted.tolist())
-        return drafted
+        for row, i in enumerate(asked):
+            r = requests[i]
+            drafted = buf[row, :counts[row]].astype(np.intc)
+            if self._draft_ctx is not None:  # the draft's own guesses leave its memory before verification
+                lib.llama_memory_seq_rm(self._draft_mem, r.seq_id, r.n_past, -1)
+                self._mirrored[r.seq_id] = min(self._mirrored[r.seq_id], r.n_past)
+            self._last[r.seq_id] = (r.id_last, drafted.tolist())
+            out[i] = drafted
+        return out
 
     def accept(self, n_accepted: int, seq_id: int = 0) -> None:
         id_last, drafted = self._last[seq_id]
