@@ -125,3 +125,17 @@ def test_flags_reach_the_llama_over_the_config_file(
     llm = spy.llamas[1]
     assert llm.context_params.n_ctx == 256 and llm.context_params.n_threads == 2 and llm.chat_format == "llama-2"
     assert llm.model_params.n_gpu_layers == 0
+
+
+def test_speculative_flags(tiny_model_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's flags: --spec-type, -md (draft-simple when alone), --spec-draft-n-max/-n-min/-p-min."""
+    model = str(tiny_model_factory(chat_template=ODD_TEMPLATE))
+    spy = _Spy(monkeypatch)
+    assert main(["chat", "Hello", "-m", model, "-n", "4", "--temp", "0", "--spec-type", "ngram-mod"]) == 0
+    assert spy.llamas[0].speculative_engine.name == "ngram-mod"
+    assert main(["chat", "Hello", "-m", model, "-n", "4", "--temp", "0", "-md", model, "--spec-draft-n-max", "2",
+                 "--spec-draft-p-min", "0.5"]) == 0
+    engine = spy.llamas[1].speculative_engine
+    assert engine.name == "draft-simple" and engine.config.draft_n_max == 2 and engine.config.draft_p_min == 0.5
+    with pytest.raises(SystemExit, match="need --spec-type"):
+        main(["chat", "Hello", "-m", model, "--spec-draft-n-max", "2"])

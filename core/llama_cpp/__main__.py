@@ -31,6 +31,9 @@ def _open_model(args: argparse.Namespace, **fixed: Any) -> Llama:
         if value is not None:
             settings[keyword] = value
     settings["verbose"] = args.verbose  # the command line is quiet unless -v, whatever a config file says
+    speculative = _speculative(args)
+    if speculative is not None:
+        settings["speculative"] = speculative
     if args.hf_repo or args.hf_file:
         if not (args.hf_repo and args.hf_file):
             raise SystemExit("--hf-repo and --hf-file go together: the repository and the file (a glob) in it")
@@ -44,6 +47,20 @@ def _open_model(args: argparse.Namespace, **fixed: Any) -> Llama:
         return Llama.from_config(args.config, **settings)
     settings.setdefault("n_ctx", _DEFAULT_N_CTX)
     return Llama(_model_path(args.model), **settings)
+
+
+def _speculative(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The speculative flags as a SpecConfig dict (None when none was given); a draft model alone drafts
+    with draft-simple."""
+    fields = {"spec_type": args.spec_type, "draft_model_path": args.model_draft, "draft_n_max": args.spec_draft_n_max,
+              "draft_n_min": args.spec_draft_n_min, "draft_p_min": args.spec_draft_p_min}
+    given = {name: value for name, value in fields.items() if value is not None}
+    if not given:
+        return None
+    given.setdefault("spec_type", "draft-simple" if args.model_draft else None)
+    if given["spec_type"] is None:
+        raise SystemExit("--spec-draft-* flags need --spec-type (or a draft model, -md)")
+    return given
 
 
 def _model_path(arg: str | None) -> str:
@@ -164,6 +181,14 @@ def _model_flags() -> argparse.ArgumentParser:
     flags.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", dest="n_gpu_layers",
                        help="layers to offload to the GPU: a number, 'auto' or 'all'")
     flags.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    spec = flags.add_argument_group("speculative decoding (docs/speculative.md)")
+    spec.add_argument("--spec-type", help="ngram-mod, ngram-map-k, ngram-simple, draft-simple, draft-mtp, ...")
+    spec.add_argument("-md", "--spec-draft-model", "--model-draft", dest="model_draft",
+                      help="the draft model (draft-simple unless --spec-type says otherwise)")
+    spec.add_argument("--spec-draft-n-max", type=int, help="longest draft of a draft model (default 3)")
+    spec.add_argument("--spec-draft-n-min", type=int, help="shorter drafts are dropped (default 0)")
+    spec.add_argument("--spec-draft-p-min", "--draft-p-min", type=float,
+                      help="stop drafting below this probability (default 0)")
     return flags
 
 
