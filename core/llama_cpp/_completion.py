@@ -260,9 +260,6 @@ class CompletionAPI:
                 out["usage"] = usage
             return out
 
-        single = len(choices) == 1
-        if single and self.cache is not None:
-            self._restore_from_cache(choices[0].request)
         for choice in choices:
             scheduler.submit(choice.request)
         active = {choice.request: choice for choice in choices}
@@ -295,31 +292,12 @@ class CompletionAPI:
                     del active[request]
                     active[request] = choice
                     order = list(active)
-            if single and self.cache is not None and not self._closed:
-                self.cache[self.eval_tokens] = self.save_state()
             n_completion = sum(c.n_read for c in choices)
             yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                                                          "total_tokens": n_prompt + n_completion})
         finally:
             for choice in choices:
                 scheduler.cancel(choice.request)
-
-    def _restore_from_cache(self: Llama, request: Request) -> None:
-        """Load the cached state whose tokens share a longer prefix with the prompt than the live context.
-
-        A state evaluated with other adapters than this request's is of no use.
-        """
-        prompt_tokens = request.prompt
-        if prompt_tokens not in self.cache:
-            return
-        state = self.cache[prompt_tokens]
-        if getattr(state, "adapters", request.adapter_key) != request.adapter_key:
-            return
-        cached = [int(t) for t in state.input_ids[: state.n_tokens]]
-        ledger = self._live_scheduler().current.ledger
-        live = ledger.reusable_prefix(prompt_tokens, request.adapter_key)
-        if self.longest_token_prefix(cached, prompt_tokens) > live:
-            self.load_state(state)
 
     def __call__(
         self: Llama,

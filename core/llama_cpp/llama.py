@@ -249,10 +249,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         self.chat_format = chat_format
         self.chat_handler = chat_handler
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.cache = _compose.resolve("cache", cache)
-        if self.cache is not None and n_seq_max > 1:
-            raise ValueError("cache= with n_seq_max > 1: this version's prompt cache restores the whole context, "
-                             "which would overwrite the other sequences; use n_seq_max=1 with a cache")
+        cache = _compose.resolve("cache", cache)
 
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -310,6 +307,7 @@ class Llama(ChatAPI, CompletionAPI, Closing):
             self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
                                         logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
                                         step=self._spec_step)
+        self.set_cache(cache)
         self.metadata = self._read_metadata()
         self.tokenizer_ = tokenizer
         self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
@@ -378,8 +376,15 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         return self._spec_step.engine if self._spec_step is not None else None
 
     def set_cache(self, cache: Any) -> None:
-        """Attach a prompt cache (an object, or a dict naming a cache strategy plugin); None detaches."""
+        """Attach a prompt cache (an object, or a dict naming a cache strategy plugin); None detaches.
+
+        One cache serves every sequence: when a request takes a sequence, the cached snapshot sharing the
+        longest prefix with its prompt is restored if it beats what the sequence holds; when a generation
+        ends, the sequence's snapshot is stored.
+        """
         self.cache = _compose.resolve("cache", cache)
+        if self._scheduler is not None:
+            self._scheduler.cache = self.cache
 
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:

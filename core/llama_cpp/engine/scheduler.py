@@ -33,7 +33,7 @@ from llama_cpp_native import lib
 
 from .._adapters import Adapters
 from .context import DECODE_ABORTED, Context
-from .ledger import Ledger
+from .ledger import Ledger, SequenceSnapshot, common_prefix
 from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
@@ -97,6 +97,9 @@ class Scheduler:
         self._dirty = False  # a submit, cancel, abort or finish happened: retire and admit at the next tick
         self._ticks = 0  # the clock of least-recently-used slot choice
         self._applied: tuple[object, object] = (None, None)  # (request key, Adapters.applied) of the last check
+        # a prompt cache (llama_cpp.llama_cache): consulted when a request takes a sequence, given the
+        # sequence's snapshot when a generation ends
+        self.cache: Any = None
         # counters (tests, benchmarks, a server's metrics)
         self.n_decodes = 0  # llama_decode calls
         self.n_tokens_decoded = 0  # batch rows decoded
@@ -559,8 +562,12 @@ class Scheduler:
     def _release(self, slot: Slot) -> None:
         """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
         self._dirty = True  # a waiting request may take it
-        if not self._plain and slot.request is not None:
-            self.step.end(slot.seq_id, slot.request.n_generated)
+        request = slot.request
+        if not self._plain and request is not None:
+            self.step.end(slot.seq_id, request.n_generated)
+        if self.cache is not None and request is not None and request.max_tokens > 0 and \
+                request.finish_reason != "error":  # (a stop string cancels: "abort", memory still consistent)
+            self._store(slot)
         if slot.sampler is not None:
             slot.sampler.close()
         slot.sampler = None
@@ -620,6 +627,32 @@ class Scheduler:
         slot.sampler = SequenceSampler(request.params, chain, history, request.logits_processor,
                                        request.stopping_criteria)
 
+    def _store(self, slot: Slot) -> None:
+        """Give the cache the sequence's snapshot (tokens evaluated under one adapter set only)."""
+        ledger = slot.ledger
+        if ledger.tokens and ledger.adapters is not None:
+            self.cache[list(ledger.tokens)] = ledger.snapshot(self.ctx)
+
+    def _cached(self, prompt: list[int], key: Any, better_than: int) -> tuple[int, SequenceSnapshot] | None:
+        """The cached snapshot sharing the longest prefix with ``prompt`` (under the request's adapters),
+        if that is longer than ``better_than``; through the cache's ``lookup`` when it has one, else the
+        seed's protocol (``prompt in cache``, ``cache[prompt]``)."""
+        cache = self.cache
+        lookup = getattr(cache, "lookup", None)
+        if lookup is not None:
+            found = lookup(prompt, key)
+            if found is None:
+                return None
+            snapshot = found[1]
+        else:
+            if prompt not in cache:
+                return None
+            snapshot = cache[prompt]
+        if not isinstance(snapshot, SequenceSnapshot) or snapshot.adapters != key:
+            return None
+        usable = min(common_prefix(snapshot.tokens, prompt), len(prompt) - 1)
+        return (usable, snapshot) if usable > better_than else None
+
     def _leader_of(self, request: Request) -> Slot | None:
         if request.fork_of is None:
             return None
@@ -639,6 +672,14 @@ class Scheduler:
             ledger.adapters = donor.ledger.adapters  # type: ignore[union-attr]
             prefix = ledger.reusable_prefix(prompt, request.adapter_key)
         prefix = min(prefix, len(prompt) - 1)
+        cached = self._cached(prompt, request.adapter_key, prefix) if self.cache is not None else None
+        if cached is not None:
+            prefix, snapshot = cached
+            try:
+                ledger.restore(ctx, snapshot)
+                copied = True
+            except ValueError:  # not a state of this context: start from what the sequence holds
+                prefix = 0
         kept = ledger.truncate(ctx, prefix) if prefix > 0 else 0
         if kept == 0:
             ledger.clear(ctx)

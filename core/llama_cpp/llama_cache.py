@@ -1,0 +1,77 @@
+"""Prompt caches: the seed's names and the contract cache strategies implement.
+
+One cache serves every sequence of a Llama.  When a request takes a
+sequence, the engine asks the cache for the snapshot that shares the longest
+prefix with the prompt (:meth:`BaseLlamaCache.lookup`) and restores it if it
+beats what the sequence already holds; when a generation ends it stores the
+sequence's snapshot (``cache[tokens] = snapshot``).  The values are
+:class:`llama_cpp.engine.SequenceSnapshot` objects: one sequence's tokens,
+adapters and llama.cpp's state of that sequence.
+
+The built-in strategies (``ram``, ``trie``) come from the ``llama-cpp-caches``
+plugin; their classes are importable from here, as in the seed.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+from .engine.ledger import SequenceSnapshot, common_prefix
+from .plugins import get_host
+
+__all__ = ["BaseLlamaCache"]
+
+
+class BaseLlamaCache(abc.ABC):
+    """A prompt cache holding at most ``capacity_bytes`` of snapshots.
+
+    The seed's protocol (``key in cache``, ``cache[key]`` for the entry with
+    the longest matching prefix, ``cache[key] = value``) plus :meth:`lookup`,
+    which says how long the match is; the default ``lookup`` is built on the
+    protocol, so a cache written against the seed works unchanged.
+    """
+
+    def __init__(self, capacity_bytes: int = 2 << 30) -> None:
+        if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes < 0:
+            raise ValueError(f"capacity_bytes must be an integer >= 0, got {capacity_bytes!r}")
+        self.capacity_bytes = capacity_bytes
+
+    @property
+    @abc.abstractmethod
+    def cache_size(self) -> int:
+        """Bytes stored now."""
+
+    @abc.abstractmethod
+    def __getitem__(self, key: Sequence[int]) -> Any:
+        """The entry whose tokens share the longest prefix with ``key`` (KeyError when none does)."""
+
+    @abc.abstractmethod
+    def __contains__(self, key: Sequence[int]) -> bool:
+        """Whether some entry shares a prefix with ``key``."""
+
+    @abc.abstractmethod
+    def __setitem__(self, key: Sequence[int], value: Any) -> None:
+        """Store ``value`` (a snapshot of the sequence holding ``key``)."""
+
+    def lookup(self, tokens: Sequence[int], adapters: Any = None) -> tuple[int, Any] | None:
+        """``(length of the common prefix, entry)`` for the entry sharing the longest prefix with
+        ``tokens`` and evaluated under ``adapters`` (None: under any), or None."""
+        if tokens not in self:
+            return None
+        value = self[tokens]
+        if not isinstance(value, SequenceSnapshot) or (adapters is not None and value.adapters != adapters):
+            return None
+        return common_prefix(value.tokens, tokens), value
+
+
+def __getattr__(name: str) -> Any:
+    """Seed names implemented by plugins (``LlamaRAMCache``, ``LlamaTrieCache``, ``LlamaCache``...)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for _plugin_name, plugin in get_host().iter_plugins():
+        exported = getattr(plugin, "__llama_cache_exports__", None)
+        if exported and name in exported:
+            return getattr(plugin, name)
+    raise AttributeError(f"module 'llama_cpp.llama_cache' has no attribute {name!r} (is the llama-cpp-caches "
+                         "plugin installed?)")

@@ -1,0 +1,135 @@
+"""The RAM cache: sequence snapshots in memory, least recently used first out, bounded by bytes."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import sys
+from typing import Any, Sequence
+
+from llama_cpp.llama_cache import BaseLlamaCache
+
+from .trie import TokenTrie
+
+
+def _nbytes(value: Any) -> int:
+    """What an entry costs: a snapshot's state and tokens (``nbytes``), or the seed's LlamaState."""
+    size = getattr(value, "nbytes", None)
+    if isinstance(size, int):
+        return size
+    state = getattr(value, "llama_state", None)
+    if isinstance(state, (bytes, bytearray)):
+        return len(state)
+    return sys.getsizeof(value)
+
+
+class _Entry:
+    __slots__ = ("key", "value", "nbytes", "used")
+
+    def __init__(self, key: tuple[int, ...], value: Any, nbytes: int, used: int) -> None:
+        self.key, self.value, self.nbytes, self.used = key, value, nbytes, used
+
+
+class LlamaRAMCache(BaseLlamaCache):
+    """Snapshots in memory.  The stored bytes never exceed ``capacity_bytes``: the least recently used
+    entries go first, and an entry larger than the whole capacity is not stored.  A lookup finds the
+    entry sharing the longest prefix with the prompt (a token trie), the most recently used among equals."""
+
+    def __init__(self, capacity_bytes: int = 2 << 30, verbose: bool = False) -> None:
+        super().__init__(capacity_bytes)
+        self.verbose = verbose
+        self._entries: dict[int, _Entry] = {}
+        self._by_key: dict[tuple[int, ...], int] = {}
+        self._order: collections.OrderedDict[int, None] = collections.OrderedDict()  # least recently used first
+        self._trie = TokenTrie()
+        self._ids = itertools.count()
+        self._clock = itertools.count(1)
+        self._size = 0
+
+    @property
+    def cache_size(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __setitem__(self, key: Sequence[int], value: Any) -> None:
+        tokens = tuple(int(t) for t in key)
+        size = _nbytes(value)
+        self._drop(tokens)  # a replaced entry gives its bytes back first
+        if size > self.capacity_bytes:
+            self._say(f"an entry of {size} bytes is larger than the capacity ({self.capacity_bytes}): not stored")
+            return
+        while self._size + size > self.capacity_bytes:
+            oldest = next(iter(self._order))
+            self._remove(oldest)
+        entry_id = next(self._ids)
+        self._entries[entry_id] = _Entry(tokens, value, size, next(self._clock))
+        self._by_key[tokens] = entry_id
+        self._order[entry_id] = None
+        self._trie.add(tokens, entry_id)
+        self._size += size
+
+    def lookup(self, tokens: Sequence[int], adapters: Any = None) -> tuple[int, Any] | None:
+        found = self._find(tokens, adapters)
+        if found is None:
+            self._say(f"miss for {len(tokens)} tokens")
+            return None
+        depth, entry_id = found
+        entry = self._entries[entry_id]
+        entry.used = next(self._clock)
+        self._order.move_to_end(entry_id)
+        self._say(f"hit: {depth} of {len(tokens)} tokens")
+        return depth, entry.value
+
+    def __getitem__(self, key: Sequence[int]) -> Any:
+        found = self.lookup(key)
+        if found is None:
+            raise KeyError("no cached entry shares a prefix with these tokens")
+        return found[1]
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return self._find(key, None) is not None
+
+    def clear(self) -> None:
+        for entry_id in list(self._entries):
+            self._remove(entry_id)
+
+    # -- inside ---------------------------------------------------------------------------
+    def _find(self, tokens: Sequence[int], adapters: Any) -> tuple[int, int] | None:
+        """(shared length, entry id): the deepest shared prefix with an entry of these adapters."""
+        path = self._trie.shared([int(t) for t in tokens])
+        for depth in range(len(path), 0, -1):
+            candidates = [self._entries[i] for i in path[depth - 1]]
+            if adapters is not None:  # None: any adapters (the seed's protocol)
+                candidates = [e for e in candidates if getattr(e.value, "adapters", None) == adapters]
+            if candidates:
+                best = max(candidates, key=lambda e: e.used)
+                return depth, self._by_key[best.key]
+        return None
+
+    def _drop(self, tokens: tuple[int, ...]) -> None:
+        entry_id = self._by_key.get(tokens)
+        if entry_id is not None:
+            self._remove(entry_id)
+
+    def _remove(self, entry_id: int) -> None:
+        entry = self._entries.pop(entry_id)
+        del self._by_key[entry.key]
+        del self._order[entry_id]
+        self._trie.remove(entry.key, entry_id)
+        self._size -= entry.nbytes
+
+    def _say(self, message: str) -> None:
+        if self.verbose:
+            print(f"{type(self).__name__}: {message}", file=sys.stderr)
+
+
+class LlamaTrieCache(LlamaRAMCache):
+    """The seed's trie cache (``LlamaCache`` is its alias): the RAM cache, with the seed's signature."""
+
+    def __init__(self, capacity_bytes: int = 2 << 30) -> None:
+        super().__init__(capacity_bytes)
+
+
+LlamaCache = LlamaTrieCache
