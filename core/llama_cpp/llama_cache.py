@@ -67,11 +67,8 @@ class BaseLlamaCache(abc.ABC):
 
 def __getattr__(name: str) -> Any:
     """Seed names implemented by plugins (``LlamaRAMCache``, ``LlamaTrieCache``, ``LlamaCache``...)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    for _plugin_name, plugin in get_host().iter_plugins():
-        exported = getattr(plugin, "__llama_cache_exports__", None)
-        if exported and name in exported:
-            return getattr(plugin, name)
-    raise AttributeError(f"module 'llama_cpp.llama_cache' has no attribute {name!r} (is the llama-cpp-caches "
-                         "plugin installed?)")
+    try:
+        return get_host().exported("__llama_cache_exports__", name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-caches plugin "
+                             "installed?)") from None

@@ -186,10 +186,8 @@ def chunks_to_chat_chunks(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
 
 def __getattr__(name: str) -> Any:
     """Seed names implemented by plugins (``Jinja2ChatFormatter``, ``format_chatml``...)."""
-    if name.startswith("__"):  # the import system probes __path__ & co.: never load plugins for those
-        raise AttributeError(name)
-    for _plugin_name, plugin in get_host().iter_plugins():
-        exported = getattr(plugin, "__llama_chat_format_exports__", None)
-        if exported and name in exported:
-            return getattr(plugin, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the chat-formats plugin installed?)")
+    try:
+        return get_host().exported("__llama_chat_format_exports__", name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-chat-formats plugin "
+                             "installed?)") from None

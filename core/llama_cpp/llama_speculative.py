@@ -502,11 +502,8 @@ def create_native_spec_engine(config: SpecConfig, *, target_model: Model, target
 
 def __getattr__(name: str) -> Any:
     """Seed names implemented by plugins (``LlamaNGramMapDecoding``, ``LlamaMTPDecoding``...)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    for _plugin_name, plugin in get_host().iter_plugins():
-        exported = getattr(plugin, "__llama_speculative_exports__", None)
-        if exported and name in exported:
-            return getattr(plugin, name)
-    raise AttributeError(f"module 'llama_cpp.llama_speculative' has no attribute {name!r} (is the "
-                         "llama-cpp-speculative plugin installed?)")
+    try:
+        return get_host().exported("__llama_speculative_exports__", name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-speculative plugin "
+                             "installed?)") from None

@@ -169,6 +169,20 @@ class PluginHost:
         self.ensure_loaded()
         yield from self.pm.list_name_plugin()
 
+    def exported(self, marker: str, name: str) -> Any:
+        """A seed name that a plugin implements: ``name`` from the first plugin whose set ``marker``
+        (``__llama_cache_exports__``...) lists it; AttributeError if none does.
+
+        How a seed module (``llama_cpp.llama_cache``) offers classes that live in a plugin without
+        importing it: its module ``__getattr__`` asks here.
+        """
+        if not name.startswith("__"):  # the import system probes __path__ & co.: never load plugins for those
+            for _plugin_name, plugin in self.iter_plugins():
+                exported = getattr(plugin, marker, None)
+                if exported and name in exported:
+                    return getattr(plugin, name)
+        raise AttributeError(name)
+
 
 _host: PluginHost | None = None
 _host_lock = threading.Lock()
