@@ -549,3 +549,20 @@ def test_drafts_of_concurrent_sequences_are_asked_together(tiny_spec_model: Any)
             thread.join()
         assert texts == expected
         assert max(engine.sizes) >= 2  # several sequences' drafts in one call
+
+
+def test_a_llama_with_an_engine_instance_pickles(tiny_spec_model: Any) -> None:
+    import pickle
+
+    from llama_cpp.llama_speculative import LlamaNGramMapDecoding
+
+    target = str(tiny_spec_model("target"))
+    engine = LlamaNGramMapDecoding(ngram_size=2, num_pred_tokens=6, sync_check_tokens=4)
+    with Llama(target, n_ctx=256, verbose=False, speculative=engine) as llm:
+        expected = llm.create_completion("Hello world", max_tokens=8, temperature=0.0)["choices"][0]["text"]
+        with pickle.loads(pickle.dumps(llm)) as clone:
+            copy = clone.speculative_engine
+            assert copy is not engine and isinstance(copy, LlamaNGramMapDecoding)
+            assert copy.config.ngram_size_m == 6 and copy.sync_check_tokens == 4
+            assert clone.create_completion("Hello world", max_tokens=8, temperature=0.0)["choices"][0]["text"] == \
+                expected

@@ -55,6 +55,16 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
         self._last: list[tuple[int, list[int]]] = []  # per sequence: (id_last, draft) of the last draft call
         self._keep: list[Any] = []  # native strings the params point to
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its configuration (and a subclass's public options): the copy is a fresh engine,
+        attached by the Llama it goes into (a pickled Llama loads its model again)."""
+        public = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in ("config", "type", "name")}
+        return {"config": self.config, "public": public}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        NativeSpeculativeEngine.__init__(self, state["config"])
+        vars(self).update(state["public"])
+
     # -- sizing ---------------------------------------------------------------------------
     def max_draft_tokens(self) -> int:
         return self.config.max_draft_tokens()
