@@ -107,6 +107,23 @@ def _run(target: Path, config: dict[str, Any], prompt: str, n: int, **kw: Any) -
     return out["choices"][0]["text"], spy, llm
 
 
+def _greedy_together(llm: Llama, prompts: list[str], n: int) -> list[str]:
+    """Greedy completions of ``prompts``, one thread each, started together (they share the decodes)."""
+    results: list[Any] = [None] * len(prompts)
+    barrier = threading.Barrier(len(prompts))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = llm.create_completion(prompts[i], max_tokens=n, temperature=0.0)["choices"][0]["text"]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def _generated_ids(model: Path, prompt: str, n: int, n_ctx: int = 512) -> list[int]:
     """Plain greedy decoding's whole sequence, on a fresh Llama (the prompt evaluated in one piece)."""
     llm = Llama(str(model), n_ctx=n_ctx, n_threads=2, verbose=False)
@@ -187,19 +204,8 @@ def test_concurrent_requests_draft_and_verify_per_sequence(smollm2_model_path: P
 
     spy = Spy(create_spec_engine({"spec_type": "ngram-mod"}))
     llm = Llama(str(smollm2_model_path), n_ctx=2048, n_seq_max=4, n_threads=2, verbose=False, speculative=spy)
-    results: list[Any] = [None] * len(prompts)
-    barrier = threading.Barrier(len(prompts))
-
-    def run(i: int) -> None:
-        barrier.wait()
-        results[i] = llm.create_completion(prompts[i], max_tokens=48, temperature=0.0)["choices"][0]["text"]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
     decodes = llm.scheduler.n_decodes
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = _greedy_together(llm, prompts, 48)
     # near-ties of batched numerics on a quantized model may move a token: compare where they agree
     agree = sum(r == e for r, e in zip(results, expected))
     assert agree >= 3, list(zip(results, expected))
@@ -453,19 +459,7 @@ def test_concurrent_sequences_equal_plain_on_an_f32_model(tiny_spec_model: Any) 
         expected = [plain.create_completion(p, max_tokens=32, temperature=0.0)["choices"][0]["text"] for p in prompts]
     with Llama(target, n_ctx=1024, n_seq_max=4, n_threads=2, verbose=False,
                speculative={"engine": "draft-simple", "draft_model_path": target, "draft_n_max": 4}) as llm:
-        results: list[Any] = [None] * len(prompts)
-        barrier = threading.Barrier(len(prompts))
-
-        def run(i: int) -> None:
-            barrier.wait()
-            results[i] = llm.create_completion(prompts[i], max_tokens=32, temperature=0.0)["choices"][0]["text"]
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert results == expected
+        assert _greedy_together(llm, prompts, 32) == expected
         assert llm.speculative_totals["spec_decode_num_accepted_tokens_total"] > 4 * 20
 
 
@@ -535,19 +529,7 @@ def test_drafts_of_concurrent_sequences_are_asked_together(tiny_spec_model: Any)
         expected = [plain.create_completion(p, max_tokens=24, temperature=0.0)["choices"][0]["text"] for p in prompts]
     engine = Batching()
     with Llama(target, n_ctx=1024, n_seq_max=4, n_threads=2, verbose=False, speculative=engine) as llm:
-        texts: list[Any] = [None] * len(prompts)
-        barrier = threading.Barrier(len(prompts))
-
-        def run(i: int) -> None:
-            barrier.wait()
-            texts[i] = llm.create_completion(prompts[i], max_tokens=24, temperature=0.0)["choices"][0]["text"]
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert texts == expected
+        assert _greedy_together(llm, prompts, 24) == expected
         assert max(engine.sizes) >= 2  # several sequences' drafts in one call
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Sequence
 
-from .engine.ledger import SequenceSnapshot, common_prefix
+from .engine.ledger import lookup_by_protocol
 from .plugins import get_host
 
 __all__ = ["BaseLlamaCache"]
@@ -57,12 +57,7 @@ class BaseLlamaCache(abc.ABC):
     def lookup(self, tokens: Sequence[int], adapters: Any = None) -> tuple[int, Any] | None:
         """``(length of the common prefix, entry)`` for the entry sharing the longest prefix with
         ``tokens`` and evaluated under ``adapters`` (None: under any), or None."""
-        if tokens not in self:
-            return None
-        value = self[tokens]
-        if not isinstance(value, SequenceSnapshot) or (adapters is not None and value.adapters != adapters):
-            return None
-        return common_prefix(value.tokens, tokens), value
+        return lookup_by_protocol(self, tokens, adapters)
 
 
 def __getattr__(name: str) -> Any:

@@ -330,8 +330,9 @@ class LlamaSpecEngine(abc.ABC):
       with every token in the target's memory for that sequence;
     - ``draft(input_ids, n_past=, id_last=, n_max=, seq_id=)`` before a
       decode: up to ``n_max`` tokens expected to follow ``id_last``
-      (``input_ids`` are the ``n_past`` tokens in memory; an empty array
-      means no draft this time).  The tick asks every sequence at once
+      (``input_ids`` are the ``n_past`` tokens in memory, a view valid
+      during the call: copy what you keep; an empty array means no draft
+      this time).  The tick asks every sequence at once
       through ``draft_many``, which calls ``draft`` for each unless the
       engine drafts them together (a draft model decodes them in one batch);
     - ``accept(n_accepted, seq_id)`` after verification: the first

@@ -9,7 +9,7 @@ sequence can be taken and put back (the contract of the prompt caches).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import attrs
 import numpy as np
@@ -39,6 +39,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def lookup_by_protocol(cache: Any, tokens: Sequence[int], adapters: Any = None) -> tuple[int, SequenceSnapshot] | None:
+    """A seed-protocol cache's entry for ``tokens`` (``tokens in cache``, ``cache[tokens]``) as
+    ``(shared prefix length, snapshot)``: only a snapshot evaluated under ``adapters`` (None: any)."""
+    if tokens not in cache:
+        return None
+    value = cache[tokens]
+    if not isinstance(value, SequenceSnapshot) or (adapters is not None and value.adapters != adapters):
+        return None
+    return common_prefix(value.tokens, tokens), value
 
 
 class Ledger:

@@ -33,7 +33,7 @@ from llama_cpp_native import lib
 
 from .._adapters import Adapters
 from .context import DECODE_ABORTED, Context
-from .ledger import Ledger, SequenceSnapshot, common_prefix
+from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
 from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
@@ -403,7 +403,7 @@ class Scheduler:
                     room = min(batch.capacity - batch.n, self.max_outputs - outputs,
                                request.max_tokens - request.n_generated,  # type: ignore[union-attr]
                                self.ctx.n_ctx_seq - len(slot.ledger)) - len(pending)
-                    fed, mode = self.step.feed(slot.seq_id, pending, slot.ledger.tokens, room)
+                    fed, mode = self.step.feed(slot.seq_id, pending, room)
                 if self.logits_all:
                     mode = "all"
             wanted = len(fed) if mode == "all" else int(mode == "last")
@@ -637,18 +637,12 @@ class Scheduler:
         """The cached snapshot sharing the longest prefix with ``prompt`` (under the request's adapters),
         if that is longer than ``better_than``; through the cache's ``lookup`` when it has one, else the
         seed's protocol (``prompt in cache``, ``cache[prompt]``)."""
-        cache = self.cache
-        lookup = getattr(cache, "lookup", None)
-        if lookup is not None:
-            found = lookup(prompt, key)
-            if found is None:
-                return None
-            snapshot = found[1]
-        else:
-            if prompt not in cache:
-                return None
-            snapshot = cache[prompt]
-        if not isinstance(snapshot, SequenceSnapshot) or snapshot.adapters != key:
+        lookup = getattr(self.cache, "lookup", None)
+        found = lookup(prompt, key) if lookup is not None else lookup_by_protocol(self.cache, prompt, key)
+        if found is None:
+            return None
+        snapshot = found[1]
+        if not isinstance(snapshot, SequenceSnapshot) or snapshot.adapters != key:  # a strategy's own lookup
             return None
         usable = min(common_prefix(snapshot.tokens, prompt), len(prompt) - 1)
         return (usable, snapshot) if usable > better_than else None

@@ -27,7 +27,7 @@ from llama_cpp_native import lib
 
 from ..llama_speculative import DraftRequest, LlamaSpecEngine
 from .context import Context
-from .sampler import SequenceSampler
+from .sampler import SequenceSampler, TokenHistory
 from .step import DecodedBatch, Sampled
 
 STATS_KEYS = (
@@ -137,10 +137,13 @@ def empty_stats() -> dict[str, Any]:
 class _Sequence:
     """What the step knows of one sequence between its feed and its take."""
 
-    __slots__ = ("draft", "asked", "error", "stats", "active", "checkpoint")
+    __slots__ = ("draft", "asked", "error", "stats", "active", "checkpoint", "tokens")
 
-    def __init__(self, stats: SequenceStats) -> None:
+    def __init__(self, stats: SequenceStats, tokens: Sequence[int]) -> None:
         self.draft: list[int] = []
+        # the sequence's tokens as the engine's input_ids: appended as the memory grows, cut on rollback,
+        # so a tick costs the new tokens, not a copy of the whole history
+        self.tokens = TokenHistory(tokens)
         self.checkpoint: bytes | None = None  # the recurrent state before this tick's draft
         self.asked = False  # the engine was asked for a draft this tick (it hears the outcome, even of none)
         self.error: BaseException | None = None
@@ -175,7 +178,7 @@ class SpeculativeStep:
     # -- lifecycle, called by the scheduler ---------------------------------------------
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         """A request starts generating on ``seq_id`` with ``tokens`` in memory."""
-        state = _Sequence(SequenceStats(started))
+        state = _Sequence(SequenceStats(started), tokens)
         self._seqs[seq_id] = state
         t0 = state.stats.first_token = time.perf_counter()  # the prompt is in: its first token comes now
         try:
@@ -213,6 +216,9 @@ class SpeculativeStep:
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         """The target's memory of ``seq_id`` now holds its first ``n_tokens`` tokens."""
+        state = self._seqs.get(seq_id)
+        if state is not None:
+            state.tokens.n = min(state.tokens.n, n_tokens)
         self.engine.rollback(n_tokens, seq_id)
 
     def decoded(self, batch: DecodedBatch, seconds: float) -> None:
@@ -250,7 +256,10 @@ class SpeculativeStep:
             if not state.active or state.error is not None or len(pending) != 1 or n_max <= 0:
                 continue
             state.asked = True
-            asked.append((state, DraftRequest(seq_id, np.asarray(history, dtype=np.intc), len(history),
+            tokens = state.tokens  # every change but an append came through rollback: catch up the appends
+            if tokens.n < len(history):
+                tokens.extend(history[tokens.n:])
+            asked.append((state, DraftRequest(seq_id, tokens.view(), len(history),
                                               int(pending[0]), n_max)))
         if not asked:
             return
@@ -280,7 +289,7 @@ class SpeculativeStep:
                 state.error.__cause__ = exc
                 state.draft = []
 
-    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
         """``pending`` and the prepared draft after it, cut to the ``n_max`` tokens that still fit."""
         state = self._seqs.get(seq_id)
         if state is None or not state.draft:

@@ -46,10 +46,9 @@ class Step(Protocol):
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         """A request starts generating on ``seq_id``, whose memory holds ``tokens``."""
 
-    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
-        """The tokens to decode for ``seq_id`` whose next inputs are ``pending`` (``history`` is in memory;
-        at most ``n_max`` more tokens fit this tick), and which of their rows want logits: ``"last"`` or
-        ``"all"``."""
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
+        """The tokens to decode for ``seq_id`` whose next inputs are ``pending`` (at most ``n_max`` more
+        fit this tick), and which of their rows want logits: ``"last"`` or ``"all"``."""
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
              fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
@@ -79,7 +78,7 @@ class PlainStep:
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         pass
 
-    def feed(self, seq_id: int, pending: Sequence[int], history: Sequence[int], n_max: int) -> tuple[list[int], str]:
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
         return list(pending), "last"
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
