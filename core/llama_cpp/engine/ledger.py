@@ -15,20 +15,31 @@ import attrs
 import numpy as np
 
 from .._adapters import NO_ADAPTERS, AdapterKey
+from .checkpoints import Checkpoint
 from .context import Context
+from .origin import StateOrigin
 
 
 @attrs.frozen
 class SequenceSnapshot:
-    """One sequence's tokens and llama.cpp's serialized state of it (``llama_state_seq_get_data``)."""
+    """One sequence's tokens and llama.cpp's serialized state of it (``llama_state_seq_get_data``).
+
+    ``checkpoints`` are the partial states (:class:`Checkpoint`) of a memory
+    that cannot drop an arbitrary suffix (recurrent, hybrid, sliding window):
+    with them a restored snapshot can still be cut back to a checkpoint's
+    length.  ``origin`` says which model and context parameters the state
+    belongs to (None: unknown, accepted only by the context that made it).
+    """
 
     tokens: tuple[int, ...]
     state: bytes = attrs.field(repr=lambda s: f"<{len(s)} bytes>")
     adapters: AdapterKey | None = NO_ADAPTERS
+    checkpoints: tuple[Checkpoint, ...] = ()
+    origin: StateOrigin | None = None
 
     @property
     def nbytes(self) -> int:
-        return len(self.state) + 4 * len(self.tokens)
+        return len(self.state) + 4 * len(self.tokens) + sum(c.nbytes for c in self.checkpoints)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
