@@ -193,3 +193,15 @@ def test_llama_types_describe_what_the_api_returns(tiny_model_path: Path) -> Non
     keys = typing.get_type_hints(llama_types.CreateCompletionResponse).keys()
     assert set(out) == set(keys)
     assert set(out["choices"][0]) == set(typing.get_type_hints(llama_types.CompletionChoice))
+
+
+def test_the_seed_reexports_cache_and_speculative_names_at_top_level() -> None:
+    from llama_cpp import llama_cache, llama_speculative
+
+    for name in ("BaseLlamaCache", "LlamaCache", "LlamaRAMCache", "LlamaTrieCache", "HybridCheckpointCache"):
+        assert getattr(llama_cpp, name) is getattr(llama_cache, name)
+    for name in ("LlamaDraftModel", "LlamaSpecEngine", "SpecConfig", "SpeculativeType", "create_spec_engine",
+                 "create_native_spec_engine", "speculative_output_limits"):
+        assert getattr(llama_cpp, name) is getattr(llama_speculative, name)
+    with pytest.raises(AttributeError, match="no attribute 'NotASeedName'"):
+        llama_cpp.NotASeedName  # noqa: B018
