@@ -342,15 +342,17 @@ def _read_header(fh: IO[bytes], name: str) -> tuple[StateFileHeader, bytes, byte
 
 
 def read_header(source: Source) -> StateFileHeader:
-    """Read and check a state file's header only (not its payload, so not its checksum either)."""
+    """Read and check a state file's header only (not its payload, so not its checksum either).
+    ``source`` is a path or a binary file open for reading (read from its start)."""
     with _opened(source) as (fh, name):
         return _read_header(fh, name)[0]
 
 
 def read_state_file(source: Source, origin: StateOrigin | None = None) -> SequenceSnapshot:
-    """A state file's snapshot, after checking everything: structure, sizes, checksum, no pickle, and
-    (with ``origin``) that it belongs to that model and context.  Raises a :class:`StateFileError`
-    subclass that says what is wrong; OSError as ``open`` does."""
+    """A state file's snapshot (``source``: a path or a binary file open for reading), after checking
+    everything: structure, sizes, checksum, no pickle, and (with ``origin``) that it belongs to that
+    model and context.  Raises a :class:`StateFileError` subclass that says what is wrong; OSError as
+    ``open`` does."""
     with _opened(source) as (fh, name):
         header, prefix, meta = _read_header(fh, name)
         if origin is not None and header.origin != origin:

@@ -23,23 +23,38 @@ def _nbytes(value: Any) -> int:
     return sys.getsizeof(value)
 
 
-class _Entry:
-    __slots__ = ("key", "value", "nbytes", "used")
+def _identity(tokens: tuple[int, ...], value: Any) -> tuple[Any, ...]:
+    """What makes two entries the same: their tokens, and the model/context and adapters of their state
+    (so one cache shared by several Llamas keeps an entry per model)."""
+    return tokens, getattr(value, "origin", None), getattr(value, "adapters", None)
 
-    def __init__(self, key: tuple[int, ...], value: Any, nbytes: int, used: int) -> None:
-        self.key, self.value, self.nbytes, self.used = key, value, nbytes, used
+
+class _Entry:
+    __slots__ = ("key", "tokens", "value", "nbytes", "used")
+
+    def __init__(self, key: tuple[Any, ...], value: Any, nbytes: int, used: int) -> None:
+        self.key, self.tokens, self.value, self.nbytes, self.used = key, key[0], value, nbytes, used
+
+    def fits(self, adapters: Any, origin: Any) -> bool:
+        """Evaluated under ``adapters`` by a context of ``origin`` (None: any; an entry of unknown origin
+        fits every one)."""
+        if adapters is not None and getattr(self.value, "adapters", None) != adapters:
+            return False
+        entry_origin = getattr(self.value, "origin", None)
+        return origin is None or entry_origin is None or entry_origin == origin
 
 
 class LlamaRAMCache(BaseLlamaCache):
     """Snapshots in memory.  The stored bytes never exceed ``capacity_bytes``: the least recently used
     entries go first, and an entry larger than the whole capacity is not stored.  A lookup finds the
-    entry sharing the longest prefix with the prompt (a token trie), the most recently used among equals."""
+    entry sharing the longest prefix with the prompt (a token trie), the most recently used among equals.
+    Entries are kept per model and context (a snapshot's ``origin``), so several Llamas can share one."""
 
     def __init__(self, capacity_bytes: int = 2 << 30, verbose: bool = False) -> None:
         super().__init__(capacity_bytes)
         self.verbose = verbose
         self._entries: dict[int, _Entry] = {}
-        self._by_key: dict[tuple[int, ...], int] = {}
+        self._by_key: dict[tuple[Any, ...], int] = {}
         self._order: collections.OrderedDict[int, None] = collections.OrderedDict()  # least recently used first
         self._trie = TokenTrie()
         self._ids = itertools.count()
@@ -55,8 +70,9 @@ class LlamaRAMCache(BaseLlamaCache):
 
     def __setitem__(self, key: Sequence[int], value: Any) -> None:
         tokens = tuple(int(t) for t in key)
+        identity = _identity(tokens, value)
         size = _nbytes(value)
-        self._drop(tokens)  # a replaced entry gives its bytes back first
+        self._drop(identity)  # a replaced entry gives its bytes back first
         if size > self.capacity_bytes:
             self._say(f"an entry of {size} bytes is larger than the capacity ({self.capacity_bytes}): not stored")
             return
@@ -64,14 +80,14 @@ class LlamaRAMCache(BaseLlamaCache):
             oldest = next(iter(self._order))
             self._remove(oldest)
         entry_id = next(self._ids)
-        self._entries[entry_id] = _Entry(tokens, value, size, next(self._clock))
-        self._by_key[tokens] = entry_id
+        self._entries[entry_id] = _Entry(identity, value, size, next(self._clock))
+        self._by_key[identity] = entry_id
         self._order[entry_id] = None
         self._trie.add(tokens, entry_id)
         self._size += size
 
-    def lookup(self, tokens: Sequence[int], adapters: Any = None) -> tuple[int, Any] | None:
-        found = self._find(tokens, adapters)
+    def lookup(self, tokens: Sequence[int], adapters: Any = None, origin: Any = None) -> tuple[int, Any] | None:
+        found = self._find(tokens, adapters, origin)
         if found is None:
             self._say(f"miss for {len(tokens)} tokens")
             return None
@@ -89,27 +105,28 @@ class LlamaRAMCache(BaseLlamaCache):
         return found[1]
 
     def __contains__(self, key: Sequence[int]) -> bool:
-        return self._find(key, None) is not None
+        return self._find(key, None, None) is not None
 
     def clear(self) -> None:
         for entry_id in list(self._entries):
             self._remove(entry_id)
 
     # -- inside ---------------------------------------------------------------------------
-    def _find(self, tokens: Sequence[int], adapters: Any) -> tuple[int, int] | None:
-        """(shared length, entry id): the deepest shared prefix with an entry of these adapters."""
+    def _find(self, tokens: Sequence[int], adapters: Any, origin: Any) -> tuple[int, int] | None:
+        """(shared length, entry id): the deepest shared prefix with an entry of these adapters and origin
+        (None: any, as the seed's protocol asks)."""
         path = self._trie.shared([int(t) for t in tokens])
         for depth in range(len(path), 0, -1):
             candidates = [self._entries[i] for i in path[depth - 1]]
-            if adapters is not None:  # None: any adapters (the seed's protocol)
-                candidates = [e for e in candidates if getattr(e.value, "adapters", None) == adapters]
+            if adapters is not None or origin is not None:
+                candidates = [e for e in candidates if e.fits(adapters, origin)]
             if candidates:
                 best = max(candidates, key=lambda e: e.used)
                 return depth, self._by_key[best.key]
         return None
 
-    def _drop(self, tokens: tuple[int, ...]) -> None:
-        entry_id = self._by_key.get(tokens)
+    def _drop(self, identity: tuple[Any, ...]) -> None:
+        entry_id = self._by_key.get(identity)
         if entry_id is not None:
             self._remove(entry_id)
 
@@ -117,7 +134,7 @@ class LlamaRAMCache(BaseLlamaCache):
         entry = self._entries.pop(entry_id)
         del self._by_key[entry.key]
         del self._order[entry_id]
-        self._trie.remove(entry.key, entry_id)
+        self._trie.remove(entry.tokens, entry_id)
         self._size -= entry.nbytes
 
     def _say(self, message: str) -> None:
