@@ -15,13 +15,14 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pytest
 
 from llama_cpp import Llama, state_file
 from llama_cpp.engine import Context, SequenceSnapshot
 from llama_cpp.engine.origin import StateOrigin
+from llama_cpp.engine.prefix import common_prefix
 from llama_cpp_caches import LlamaDiskCache, LlamaRAMCache
 
 PROMPT = "Once upon a time, in a land far away, there lived"
@@ -186,14 +187,34 @@ def test_files_of_another_model_or_context_are_skipped(
     assert len(list(tmp_path.glob("*.llseq"))) == 2
 
 
-@pytest.mark.parametrize("strategy", ["ram", "disk"])
+class SeedProtocolCache:
+    """A cache written against the seed's protocol only: no lookup, no idea of origins."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, ...], Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return any(common_prefix(k, key) for k in self.entries)
+
+    def __getitem__(self, key: Sequence[int]) -> Any:
+        return self.entries[max(self.entries, key=lambda k: common_prefix(k, key))]
+
+    def __setitem__(self, key: Sequence[int], value: Any) -> None:
+        self.entries[tuple(key)] = value
+
+
+@pytest.mark.parametrize("strategy", ["ram", "disk", "seed protocol"])
 def test_a_cache_shared_by_two_models_never_cross_restores(
         strategy: str, tiny_model_path: Path, tiny_model_factory: Callable[..., Path], tmp_path: Path,
         story: tuple[str, str], restores: list[bytes]) -> None:
     other_path = tiny_model_factory(seed=99)
     with _llama(other_path) as cold:
         other_expected = _greedy(cold, PROMPT)
-    cache = LlamaRAMCache(64 << 20) if strategy == "ram" else LlamaDiskCache(tmp_path)
+    cache = {"ram": lambda: LlamaRAMCache(64 << 20), "disk": lambda: LlamaDiskCache(tmp_path),
+             "seed protocol": SeedProtocolCache}[strategy]()
     with _llama(tiny_model_path, cache) as mine, _llama(other_path, cache) as theirs:
         assert _greedy(mine, PROMPT) == story[0]
         assert _greedy(theirs, PROMPT) == other_expected and not restores
