@@ -15,11 +15,12 @@ import threading
 
 import numpy as np
 import pytest
+from llama_cpp_native import ffi, lib
 
 from llama_cpp import Llama
 from llama_cpp.embd_normalize import cosine_similarity, norm_mode, normalize_rows
 from llama_cpp.llama_embedding import (LLAMA_POOLING_TYPE_CLS, LLAMA_POOLING_TYPE_LAST, LLAMA_POOLING_TYPE_MEAN,
-                                       LLAMA_POOLING_TYPE_NONE, NORM_MODE_EUCLIDEAN, NORM_MODE_MAX_INT16,
+                                       LLAMA_POOLING_TYPE_NONE, LLAMA_POOLING_TYPE_RANK, NORM_MODE_EUCLIDEAN, NORM_MODE_MAX_INT16,
                                        NORM_MODE_NONE, NORM_MODE_PNORM, NORM_MODE_TAXICAB, LlamaEmbedding)
 from llama_cpp.testing import convert_bert
 
@@ -168,6 +169,7 @@ def test_seed_defaults_raw_for_llama_unit_length_for_llama_embedding(minilm_mode
         assert np.asarray(llm.embed("hello world", normalize=True)) == pytest.approx(raw / np.linalg.norm(raw),
                                                                                       abs=1e-6)
     unit = np.asarray(minilm_by_pooling("mean").embed("hello world"))
+    assert minilm_by_pooling("mean").embed("hello world", normalize=True) == pytest.approx(unit, abs=0)  # not L1
     assert np.linalg.norm(raw) > 1.5
     assert np.linalg.norm(unit) == pytest.approx(1.0, abs=1e-6)
     assert unit == pytest.approx(raw / np.linalg.norm(raw), abs=1e-6)
@@ -211,6 +213,7 @@ def test_create_embedding_openai_shape_usage_and_base64(minilm_model_path):
 
 def test_llama_embedding_output_formats(minilm_by_pooling):
     llm = minilm_by_pooling("mean")
+    assert llm.scheduler.ctx.n_seq_max == 256  # llama-embedding's packing
     response = llm.create_embedding(["hello", "world"])
     assert set(response["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
     assert response["usage"]["completion_tokens"] == 0
@@ -254,6 +257,13 @@ def test_truncation(minilm_model_path):
         assert llm.embed(long) == pytest.approx(llm.embed(llm.tokenize(long.encode())[:32]), abs=1e-6)
         with pytest.raises(ValueError, match=r"input 1 has 102 tokens.*at most 32 tokens.*truncate=True"):
             llm.embed(["short", long], truncate=False)
+    # LlamaEmbedding cuts to the same limit (the seed's raised IndexError past n_batch)
+    with LlamaEmbedding(str(minilm_model_path), n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2,
+                        verbose=False) as llm:
+        response = llm.create_embedding([long, "short"], normalize=-1)
+        assert response["usage"]["prompt_tokens"] == 32 + 3
+        with pytest.raises(ValueError, match="input 0 has 102 tokens"):
+            llm.create_embedding(long, truncate=False)
 
 
 def test_bad_input(minilm_by_pooling, tiny_model_path):
@@ -338,7 +348,8 @@ def _write_safetensors(path, tensors: dict[str, np.ndarray]) -> None:
 
 
 def _bert_reference(w: dict[str, np.ndarray], ids: list[int], n_head: int) -> np.ndarray:
-    """Hugging Face's BertModel forward pass in float64 numpy (tanh GELU, as ggml computes it), mean-pooled."""
+    """Hugging Face's BertModel forward pass in float64 numpy (tanh GELU, as ggml computes it): the last
+    hidden states, one row per token."""
     def norm(x, name):
         mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
         return (x - mean) / np.sqrt(var + 1e-12) * w[name + ".weight"] + w[name + ".bias"]
@@ -362,18 +373,19 @@ def _bert_reference(w: dict[str, np.ndarray], ids: list[int], n_head: int) -> np
         h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
         x = norm(x + dense(h, p + "output.dense"), p + "output.LayerNorm")
         layer += 1
-    return x.mean(0)
+    return x
 
 
-def test_convert_bert_computes_the_checkpoint(tmp_path):
-    """convert_bert's GGUF computes what the safetensors BERT computes (a small random checkpoint)."""
-    rng = np.random.default_rng(7)
+def _random_bert_folder(folder, rng, d=16, ff=32, layers=2, heads=2, labels=None) -> dict[str, np.ndarray]:
+    """A Hugging Face BERT folder with random weights (a classifier head with ``labels``); its weights."""
     words = ["hello", "world", "good", "night", "moon", "##s", "the", "cat", "."]
     vocab = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    d, ff, layers, heads = 16, 32, 2, 2
-    config = {"architectures": ["BertModel"], "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": layers,
-              "num_attention_heads": heads, "max_position_embeddings": 64, "layer_norm_eps": 1e-12,
-              "type_vocab_size": 2, "vocab_size": len(vocab)}
+    config = {"architectures": ["BertForSequenceClassification" if labels else "BertModel"], "hidden_size": d,
+              "intermediate_size": ff, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "max_position_embeddings": 64, "layer_norm_eps": 1e-12, "type_vocab_size": 2,
+              "vocab_size": len(vocab)}
+    if labels:
+        config["id2label"] = {str(i): label for i, label in enumerate(labels)}
     w = {"embeddings.word_embeddings.weight": rng.standard_normal((len(vocab), d)),
          "embeddings.position_embeddings.weight": rng.standard_normal((64, d)) * 0.3,
          "embeddings.token_type_embeddings.weight": rng.standard_normal((2, d)) * 0.1,
@@ -389,19 +401,47 @@ def test_convert_bert_computes_the_checkpoint(tmp_path):
         for name in ("attention.output.LayerNorm", "output.LayerNorm"):
             w[p + name + ".weight"] = 1 + 0.1 * rng.standard_normal(d)
             w[p + name + ".bias"] = 0.1 * rng.standard_normal(d)
+    if labels:
+        w["classifier.weight"] = rng.standard_normal((len(labels), d))
+        w["classifier.bias"] = rng.standard_normal(len(labels))
     w = {k: v.astype(np.float32) for k, v in w.items()}
-    folder = tmp_path / "bert"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    prefixed = {("bert." + k if not k.startswith("classifier") else k): v for k, v in w.items()}
     _write_safetensors(folder / "model.safetensors",
-                       {**w, "embeddings.position_ids": np.arange(64, dtype=np.float32)[None],
-                        "pooler.dense.weight": np.zeros((d, d), np.float32)})
-    path = convert_bert(folder, tmp_path / "bert.gguf")
+                       {**prefixed, "bert.embeddings.position_ids": np.arange(64, dtype=np.float32)[None],
+                        "bert.pooler.dense.weight": np.zeros((d, d), np.float32)})
+    return w
+
+
+def test_convert_bert_computes_the_checkpoint(tmp_path):
+    """convert_bert's GGUF computes what the safetensors BERT computes (a small random checkpoint)."""
+    w = _random_bert_folder(tmp_path / "bert", np.random.default_rng(7))
+    path = convert_bert(tmp_path / "bert", tmp_path / "bert.gguf")
     with Llama(str(path), embedding=True, pooling_type=LLAMA_POOLING_TYPE_MEAN, n_threads=2, verbose=False) as llm:
         ids = llm.tokenize(b"Hello worlds, the cat.")
         assert ids == [3, 6, 7, 11, 2, 12, 13, 14, 4]  # lowercased WordPiece; "," is unknown
         ours = np.asarray(llm.embed(ids))
-    reference = _bert_reference({k: v.astype(np.float64) for k, v in w.items()}, ids, heads)
+    reference = _bert_reference({k: v.astype(np.float64) for k, v in w.items()}, ids, 2).mean(0)
     assert cosine_similarity(ours, reference) >= 0.99999
     assert np.abs(ours - reference).max() <= 2e-3  # ggml's GELU is a float16 table of the tanh form
+
+
+def test_convert_bert_sequence_classifier_is_a_reranker(tmp_path):
+    """A BertForSequenceClassification checkpoint becomes a rank-pooling GGUF whose score is its classifier
+    on the [CLS] row (llama.cpp's converter drops the pooler, and so does this one)."""
+    w = _random_bert_folder(tmp_path / "ranker", np.random.default_rng(8), labels=["relevant", "irrelevant"])
+    path = convert_bert(tmp_path / "ranker", tmp_path / "ranker.gguf")
+    with LlamaEmbedding(str(path), n_threads=2, verbose=False) as llm:
+        assert llm.pooling_type() == LLAMA_POOLING_TYPE_RANK
+        assert lib.llama_model_n_cls_out(llm.model) == 2
+        assert ffi.string(lib.llama_model_cls_label(llm.model, 0)) == b"relevant"
+        ids = llm.tokenize(b"hello moon") + llm.tokenize(b"good night")[1:]  # [CLS] q [SEP] d [SEP]
+        assert ids == [3, 6, 10, 4, 8, 9, 4]
+        score = llm.rank("hello moon", ["good night"])[0]
+        outputs = np.asarray(llm.embed(ids))
+    hidden = _bert_reference({k: v.astype(np.float64) for k, v in w.items()}, ids, 2)
+    reference = hidden[0] @ w["classifier.weight"].T.astype(np.float64) + w["classifier.bias"]
+    np.testing.assert_allclose(outputs, reference, atol=5e-3)
+    assert score == pytest.approx(outputs[0], abs=1e-6)

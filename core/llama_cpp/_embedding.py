@@ -16,6 +16,7 @@ from llama_cpp_native import ffi, lib
 
 from .embd_normalize import NORM_MODE_NONE, norm_mode, normalize_rows
 from .engine.embedder import Embedder
+from .llama_types import CreateEmbeddingResponse
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -172,7 +173,7 @@ class EmbeddingAPI:
 
     def create_embedding(self: Llama, input: EmbeddingInput, model: str | None = None,
                          normalize: bool | int = False, truncate: bool = True,
-                         encoding_format: str = "float") -> dict[str, Any]:
+                         encoding_format: str = "float") -> CreateEmbeddingResponse:
         """``embed`` as an OpenAI embeddings response (``{"object": "list", "data": [...], "usage": ...}``).
 
         ``encoding_format="base64"`` gives each embedding as the base64 of its

@@ -253,5 +253,28 @@ class ChatCompletionRequestResponseFormat(TypedDict):
     json_schema: NotRequired[Dict[str, JsonType]]
 
 
+# -- embeddings ------------------------------------------------------------------------
+
+
+class EmbeddingUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: NotRequired[int]  # LlamaEmbedding's "json" format: always 0
+
+
+class Embedding(TypedDict):
+    object: Literal["embedding"]
+    # a vector; a token matrix without pooling; a score under rank pooling; base64 float32 on request
+    embedding: Union[List[float], List[List[float]], float, str]
+    index: int
+
+
+class CreateEmbeddingResponse(TypedDict):
+    object: Literal["list"]
+    data: List[Embedding]
+    model: str
+    usage: EmbeddingUsage
+    cosineSimilarity: NotRequired[List[List[float]]]  # LlamaEmbedding's "json+" format
+
 __all__ = [name for name in list(globals()) if name[0].isupper() and name not in {
     "Any", "Dict", "List", "Literal", "Optional", "Union", "NotRequired", "TypedDict"}]
