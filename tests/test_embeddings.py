@@ -335,6 +335,25 @@ def test_embedding_from_another_thread_while_generating(minilm_model_path, tiny_
         assert text
 
 
+def test_langchain_llamacpp_embeddings(minilm_model_path):
+    """LangChain's LlamaCppEmbeddings (it loads Llama(embedding=True, device=None, n_parts=..., ...) and reads
+    create_embedding / embed) works unchanged."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community's own notice, use_mlock's
+        from langchain_community.embeddings import LlamaCppEmbeddings
+
+        lc = LlamaCppEmbeddings(model_path=str(minilm_model_path), n_threads=2, verbose=False)
+    try:
+        documents = lc.embed_documents(["hello world", "good night"])
+        query = lc.embed_query("hello world")
+        assert len(documents) == 2 and len(documents[0]) == len(query) == 384
+        assert documents[0] == pytest.approx(query, abs=1e-6)
+    finally:
+        lc.client.close()
+
+
 # -- the converter --------------------------------------------------------------------------------------------
 def _write_safetensors(path, tensors: dict[str, np.ndarray]) -> None:
     header, offset, blobs = {}, 0, []

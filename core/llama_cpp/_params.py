@@ -24,6 +24,7 @@ LEGACY_IGNORED = {
     "rpc_servers": "RPC is configured when building llama.cpp (CMAKE_ARGS=-DGGML_RPC=on)",
     "logits_all_in_batch": "use logits_all",
     "tfs_z": "tail-free sampling was removed from llama.cpp",
+    "device": "llama.cpp picks its devices (n_gpu_layers, main_gpu, split_mode, tensor_split)",
 }
 LEGACY_MAPPED = {"use_mmap", "use_mlock", "use_direct_io", "lora_path", "lora_scale", "embedding"}
 
