@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import numbers
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 import numpy as np
 from llama_cpp_native import ffi, lib
@@ -116,7 +116,7 @@ class EmbeddingAPI:
         return Embedder(scheduler)
 
     def _input_tokens(self: Llama, items: list[str | list[int]], limit: int, truncate: bool,
-                      describe: Any) -> list[list[int]]:
+                      describe: Callable[[], str]) -> list[list[int]]:
         """Token ids of each input (text tokenized with the model's special tokens, e.g. [CLS] ... [SEP]),
         cut to ``limit`` with ``truncate``, else a ValueError naming the input and its length."""
         out = []

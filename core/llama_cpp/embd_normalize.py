@@ -72,10 +72,10 @@ def normalize_rows(rows: np.ndarray, mode: int) -> np.ndarray:
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """``common_embd_similarity_cos``: float64 sums; two zero vectors are similar (1), one is not (0)."""
-    a64, b64 = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
-    dot = float((a64 * b64).astype(np.float64).sum())
-    sum_a = float((a64 * a64).astype(np.float64).sum())
-    sum_b = float((b64 * b64).astype(np.float64).sum())
+    x, y = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    dot = float((x * y).astype(np.float64).sum())
+    sum_a = float((x * x).astype(np.float64).sum())
+    sum_b = float((y * y).astype(np.float64).sum())
     if sum_a == 0.0 or sum_b == 0.0:
         return 1.0 if sum_a == 0.0 and sum_b == 0.0 else 0.0
     return dot / (np.sqrt(sum_a) * np.sqrt(sum_b))

@@ -10,6 +10,7 @@ The parts, one module each:
 - ``request``: a generation as the scheduler sees it, and its token events;
 - ``normalize``: request normalisation shared by completion, chat and the server;
 - ``scheduler``: admission, batching, one ``llama_decode`` per tick, finishing.
+- ``embedder``: embeddings over the same context, many inputs per decode, on idle sequences only.
 
 ``Llama`` is a facade over them; docs/engine.md draws one tick.
 """
