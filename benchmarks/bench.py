@@ -14,6 +14,8 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     engine vs our plain decoding (speedup), and vs llama-speculative-simple with the same engine
     and settings (ratio); plain llama-completion on the same prompt for llama.cpp's own speedup.
     Then the model drafters on their tiny random-weight models (acceptance near 0: below 1x).
+(h) SmolLM2, time to first token of a 1500-token prompt: a prompt cache hit (RAM, and disk read by a
+    fresh cache object, as a new process would) against evaluating it cold; the bar is 10x.
 
 Run with ``nox -s bench``.
 """
@@ -247,6 +249,58 @@ def speculative_case(smol: Path) -> None:
     model_drafters_on_random_weights()
 
 
+CACHE_PROMPT_TOKENS = 1500
+HIT_REPEATS = 3
+
+
+def _first_token_seconds(llm: Llama, prompt: list[int]) -> float:
+    """Time from the call to the first streamed token (the second token is generated and the cache is
+    given its snapshot after that, outside the measurement)."""
+    start = time.perf_counter()
+    stream = llm.create_completion(prompt, max_tokens=2, temperature=0.0, stream=True)
+    next(stream)
+    seconds = time.perf_counter() - start
+    for _ in stream:
+        pass
+    return seconds
+
+
+def cache_case(smol: Path) -> None:
+    """(h): see the module's docstring.  Prints its own table."""
+    from llama_cpp.llama_cache import LlamaDiskCache, LlamaRAMCache
+
+    rounds = 3  # of the cold run; a hit is cheap, so it is measured HIT_REPEATS times in each round
+    text = " ".join(f"Paragraph {i}: the committee met on day {i * 7 % 31 + 1} to discuss item {i * 13 % 97}, "
+                    f"and agreed that {['cost', 'risk', 'time', 'scope'][i % 4]} mattered most." for i in range(200))
+    with tempfile.TemporaryDirectory() as directory, \
+            Llama(str(smol), n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
+        prompt = llm.tokenize(text.encode())[:CACHE_PROMPT_TOKENS]
+        times: dict[str, list[float]] = {"cold": [], "ram": [], "disk": []}
+        caches = {"cold": lambda: None, "ram": lambda: LlamaRAMCache(capacity_bytes=1 << 30),
+                  "disk": lambda: LlamaDiskCache(directory, capacity_bytes=1 << 30)}
+        ram = caches["ram"]()
+        for _ in range(rounds):
+            for name in times:
+                llm.set_cache(ram if name == "ram" else caches[name]())
+                if name != "cold" and not len(llm.cache):
+                    llm.reset()
+                    _first_token_seconds(llm, prompt)  # fills the cache
+                for _ in range(1 if name == "cold" else HIT_REPEATS):
+                    if name == "disk":  # a new object each time: nothing in memory, the file is read and checked
+                        llm.set_cache(caches[name]())
+                    llm.reset()  # nothing left in the sequence: a hit comes from the cache alone
+                    times[name].append(_first_token_seconds(llm, prompt))
+        state_mb = len(llm.snapshot_sequence().state) / 1e6
+    cold = _median(times["cold"])
+    print(f"\n(h) SmolLM2, time to first token of a {len(prompt)}-token prompt ({state_mb:.1f} MB of state), "
+          f"medians of {rounds} cold runs and {rounds * HIT_REPEATS} hits")
+    print(f"{'case':24} {'seconds':>8} {'speedup':>8} {'bar':>5}")
+    print(f"{'cold (no cache)':24} {cold:8.3f}")
+    for name, label in (("ram", "RAM cache hit"), ("disk", "disk cache hit")):
+        hit = _median(times[name])
+        print(f"{label:24} {hit:8.3f} {cold / hit:8.1f} {10:5} {'ok' if cold / hit >= 10 else 'LOW'}")
+
+
 def model_drafters_on_random_weights() -> None:
     """The model drafters on tiny random-weight models: almost nothing is accepted, so below 1x."""
     def path(name: str) -> str:
@@ -353,8 +407,9 @@ def main() -> None:
         return
     tiny = _tiny_model()
     smol = smollm2_path(quiet=True)
-    if sys.argv[1:] == ["i"]:  # nox -s bench -- i: the speculative case alone
-        speculative_case(smol)
+    alone = {"i": speculative_case, "h": cache_case}  # nox -s bench -- <case>: that case alone
+    if len(sys.argv) == 2 and sys.argv[1] in alone:
+        alone[sys.argv[1]](smol)
         return
     sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
     native_sampled = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
@@ -416,6 +471,7 @@ def main() -> None:
     ratio = _paired_ratio(parallel_ours, parallel_native)
     print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
           f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
+    cache_case(smol)
     speculative_case(smol)
     embedding_case()
 
