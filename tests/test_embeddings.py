@@ -320,6 +320,18 @@ def test_embedding_leaves_a_running_generation_alone(tiny_model_path):
         assert len(llm.embed("hello")) == 64
 
 
+def test_embedding_keeps_the_current_sequence_when_another_is_idle(tiny_model_path):
+    """eval() continues the current sequence: an embedding takes an empty sequence before it."""
+    with Llama(str(tiny_model_path), embedding=True, pooling_type=LLAMA_POOLING_TYPE_LAST, n_seq_max=2,
+               n_threads=2, verbose=False) as llm:
+        tokens = llm.tokenize(b"Once upon a time")
+        llm.eval(tokens)
+        llm.embed("a text")
+        assert llm.eval_tokens == tokens
+        llm.embed(["one", "two"])  # both sequences needed: the current one is emptied too
+        assert llm.eval_tokens == []
+
+
 def test_embedding_from_another_thread_while_generating(minilm_model_path, tiny_model_path):
     with Llama(str(tiny_model_path), embedding=True, pooling_type=LLAMA_POOLING_TYPE_MEAN, n_seq_max=2,
                n_threads=2, verbose=False) as llm:

@@ -6,9 +6,11 @@ output, until the batch or the sequences run out; the batch is decoded and
 llama.cpp's pooled row of each sequence (or, without pooling, each token's
 row) is copied out.  The context is the one generation uses, so:
 
-- it runs under ``Scheduler.exclusive()`` (no tick meanwhile) and takes only
-  sequences no generation is using; their memory is emptied before and after
-  (a generation's sequences are never touched), and the scheduler is told;
+- each decode runs under ``Scheduler.exclusive()`` (no tick meanwhile; a
+  generation on another thread gets its ticks between the decodes of a long
+  call) and takes only sequences no generation is using; their memory is
+  emptied before and after (a generation's sequences are never touched), and
+  the scheduler is told;
 - the adapters are set to the default set, as for a request that names none.
 
 Models without a memory (BERT and other encoder-only models: llama.cpp
@@ -84,17 +86,17 @@ class Embedder:
         if not pending:
             return outputs
         scheduler, ctx = self.scheduler, self.ctx
-        with scheduler.exclusive():
-            slots = self._idle_slots()
-            adapters = scheduler.adapters
-            adapters.apply(ctx.ptr, adapters.default, None)
-            ctx.clear_abort()  # an abort() before this call was for the generations it flagged
-            used: list[Slot] = []
-            try:
-                at = 0
-                while at < len(pending):
-                    group = self._fill(inputs, pending, at, slots, used)
-                    at += len(group)
+        at = 0
+        while at < len(pending):
+            # one decode per hold of the context: a generation on another thread gets its tick in between
+            with scheduler.exclusive():
+                if at == 0:
+                    ctx.clear_abort()  # an abort() before this call was for the generations it flagged
+                adapters = scheduler.adapters
+                adapters.apply(ctx.ptr, adapters.default, None)
+                group: list[tuple[int, Slot, int, int]] = []
+                try:
+                    self._fill(inputs, pending, at, self._idle_slots(), group)
                     rc = ctx.decode()
                     scheduler.n_decodes += 1
                     scheduler.n_tokens_decoded += ctx.batch.n
@@ -104,46 +106,43 @@ class Embedder:
                         raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {ctx.batch.n} tokens of "
                                            f"{len(group)} inputs")
                     self._read(group, outputs)
-                    if self.has_memory:
-                        for _index, slot, _first, _count in group:
-                            ctx.seq_rm(slot.seq_id, 0, -1)
-            finally:
-                for slot in used:  # nothing of the inputs stays in memory; the sequences start empty
-                    slot.ledger.clear(ctx)
-                    scheduler.memory_changed(slot)
+                finally:
+                    for _index, slot, _first, _count in group:  # nothing of the inputs stays in memory
+                        slot.ledger.clear(ctx)
+                        scheduler.memory_changed(slot)
+            at += len(group)
         return outputs
 
     def _idle_slots(self) -> list[Slot]:
-        """The sequences no generation uses (mutex-free: the caller holds ``exclusive``), emptiest first."""
+        """The sequences no generation uses (the caller holds ``exclusive``): those holding nothing first,
+        then any but the current one (``eval`` continues it), least recently used first."""
         scheduler = self.scheduler
         idle = [slot for slot in scheduler.slots if not scheduler.busy(slot)]
         if not idle:
             raise RuntimeError(f"every sequence of this context (n_seq_max={len(scheduler.slots)}) is in use by "
                                "a running generation; finish or close it first, or create the Llama with a larger "
                                "n_seq_max")
-        idle.sort(key=lambda slot: (len(slot.ledger) > 0, slot.last_used))  # keep reusable prefixes longest
+        current = scheduler.current
+        idle.sort(key=lambda slot: (len(slot.ledger) > 0, slot is current, slot.last_used))
         return idle
 
     def _fill(self, inputs: Sequence[Sequence[int]], pending: list[int], at: int, slots: list[Slot],
-              used: list[Slot]) -> list[tuple[int, Slot, int, int]]:
-        """Write inputs ``pending[at:]`` into the batch while they fit: ``(input, slot, first row, rows)``."""
-        batch, ctx = self.ctx.batch, self.ctx
+              group: list[tuple[int, Slot, int, int]]) -> None:
+        """Write inputs ``pending[at:]`` into the batch while they fit, each into an emptied sequence of
+        ``slots``; ``group`` gets ``(input, slot, first row, rows)`` of each."""
+        batch, ctx, scheduler = self.ctx.batch, self.ctx, self.scheduler
         batch.n = 0
-        group: list[tuple[int, Slot, int, int]] = []
         while at < len(pending) and len(group) < len(slots):
             index = pending[at]
             tokens = inputs[index]
             if batch.n + len(tokens) > self.tokens_per_decode:
                 break
             slot = slots[len(group)]
-            if len(used) <= len(group):  # first use of this sequence: empty its memory
-                slot.ledger.clear(ctx)
-                self.scheduler.memory_changed(slot)
-                used.append(slot)
+            slot.ledger.clear(ctx)  # positions start at 0: nothing the sequence held may be attended to
+            scheduler.memory_changed(slot)
             first = batch.add(tokens, 0, slot.seq_id, "all")
             group.append((index, slot, first, len(tokens)))
             at += 1
-        return group
 
     def _read(self, group: list[tuple[int, Slot, int, int]], outputs: list[np.ndarray]) -> None:
         """Copy the decoded rows of each input of ``group`` into ``outputs``."""
