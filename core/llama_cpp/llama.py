@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from . import _compose, _hub, _logger, _speculation
+from . import _compose, _hub, _logger, _speculation, state_file
 from . import _params as P
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
 from ._chat import ChatAPI, named_template_format
@@ -20,7 +20,9 @@ from ._embedding import EmbeddingAPI, check_embedding_context
 from .plugins import get_host
 from ._handles import Closing, load_model, new_context
 from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
+from .engine.checkpoints import Checkpoint, HybridCheckpointCache
 from .engine.ledger import common_prefix
+from .engine.origin import state_origin
 from .engine.sampler import chain_context
 from .engine.scheduler import Slot
 from .engine.speculative import SpeculativeStep, empty_stats
@@ -43,6 +45,9 @@ class LlamaState:
     seed: int
     scores: np.ndarray | None = None  # kept for the seed's field list; logits are part of llama_state
     adapters: AdapterKey = NO_ADAPTERS  # the LoRA adapters / control vector the cached tokens were evaluated with
+    # partial states of a recurrent / hybrid / windowed memory along the tokens (engine.checkpoints), so that
+    # a prompt that shares only part of the tokens continues from the last checkpoint before they differ
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 class LlamaTokenizer:
@@ -297,29 +302,34 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self._adapters = Adapters(self._model.handle, lib.llama_model_n_embd(self._model.ptr),
                                   lib.llama_model_n_layer(self._model.ptr), quiet=not verbose)
         model_ptr = self._model.ptr
-        self.is_hybrid = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
-        if spec_engine is not None:
-            _speculation.size_context(spec_engine, cparams, recurrent=self.is_hybrid)
-        if not vocab_only:
-            if cparams.embeddings:
-                check_embedding_context(model_ptr, cparams)
-            self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab)
-            if spec_engine is not None:
-                self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx, cparams,
-                                                         recurrent=self.is_hybrid, verbose=verbose)
-            self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
-                                        logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
-                                        step=self._spec_step)
-        self.set_cache(cache)
-        self.metadata = self._read_metadata()
-        self.tokenizer_ = tokenizer
+        recurrent = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
+        if lib.llama_model_n_swa(model_ptr) == 0:
+            cparams.swa_full = False  # no window: nothing to keep full size (the seed does the same)
+        # a memory that cannot always drop a suffix: recurrent state, or a window that prunes old cells
+        self.is_hybrid = recurrent or (lib.llama_model_n_swa(model_ptr) > 0 and not cparams.swa_full)
         self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
         self.checkpoint_interval = P.check_int("checkpoint_interval", checkpoint_interval, 1)
         self.checkpoint_on_device = bool(checkpoint_on_device)
-        if self.is_hybrid and self.ctx_checkpoints and verbose:
-            warnings.warn("recurrent/hybrid model: this version of llama_cpp keeps no state checkpoints "
-                          "(ctx_checkpoints), so a prompt that differs from the evaluated one is evaluated again "
-                          "from the start", RuntimeWarning, stacklevel=2)
+        if spec_engine is not None:
+            _speculation.size_context(spec_engine, cparams, recurrent=recurrent)
+        if not vocab_only:
+            if cparams.embeddings:
+                check_embedding_context(model_ptr, cparams)
+            self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab,
+                                swa_full=bool(cparams.swa_full))
+            self._ctx.origin = state_origin(path, cparams, self._ctx.ptr)
+            if spec_engine is not None:
+                self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx, cparams,
+                                                         recurrent=recurrent, verbose=verbose)
+            checkpoints: bool | dict[str, Any] = self.is_hybrid and {
+                "max_checkpoints": self.ctx_checkpoints, "interval": self.checkpoint_interval,
+                "on_device": self.checkpoint_on_device, "verbose": verbose}
+            self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
+                                        logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
+                                        step=self._spec_step, checkpoints=checkpoints)
+        self.set_cache(cache)
+        self.metadata = self._read_metadata()
+        self.tokenizer_ = tokenizer
         self.chat_template_name = chat_template_name
         self.chat_handler_kwargs = dict(chat_handler_kwargs or {})
         if self.chat_handler_kwargs:  # mmproj_path was refused above: there is no handler to pass them to
@@ -372,6 +382,12 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             return {"spec_decode_num_draft_tokens_total": 0, "spec_decode_num_accepted_tokens_total": 0,
                     "spec_decode_num_drafts_total": 0, "spec_decode_num_accepted_tokens_per_pos_total": []}
         return self._spec_step.totals()
+
+    @property
+    def _hybrid_cache_mgr(self) -> HybridCheckpointCache | None:
+        """The seed's name for the checkpoint keeper of a recurrent, hybrid or pruned-window memory
+        (None for other models)."""
+        return self._scheduler.checkpoints if self._scheduler is not None else None
 
     @property
     def speculative_engine(self) -> Any:
@@ -660,8 +676,9 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             data = scheduler.ctx.state()
             tokens = np.asarray(ledger.tokens, dtype=np.intc)
             adapters = ledger.adapters
+            checkpoints = tuple(c for c in ledger.checkpoints if not c.on_device)
         return LlamaState(input_ids=tokens, n_tokens=len(tokens), llama_state=data, llama_state_size=len(data),
-                          seed=self._seed, adapters=adapters)
+                          seed=self._seed, adapters=adapters, checkpoints=checkpoints)
 
     def load_state(self, state: LlamaState) -> None:
         """Restore a snapshot taken by ``save_state`` on a context of the same model and size.
@@ -679,6 +696,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             read = scheduler.ctx.set_state(data)
             for slot in scheduler.slots:  # what the other sequences hold now is unknown: never reused
                 slot.ledger.tokens = []
+                slot.ledger.checkpoints = []
                 scheduler.memory_changed(slot)
             if read != len(data):
                 raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
@@ -686,6 +704,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             ledger = scheduler.current.ledger
             ledger.tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
             ledger.adapters = state.adapters
+            ledger.checkpoints = [c for c in state.checkpoints if c.n_tokens <= len(ledger.tokens)]
         self._seed = state.seed
 
     def snapshot_sequence(self, seq_id: int | None = None) -> SequenceSnapshot:
@@ -704,6 +723,19 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             scheduler.memory_changed(slot)
             slot.ledger.restore(scheduler.ctx, snapshot)
             scheduler.current = slot
+
+    def save_session(self, path: str | Path, seq_id: int | None = None) -> None:
+        """Write one sequence (default: the current one) to ``path`` as a state file (docs/caches.md has
+        the format): its tokens, adapters, checkpoints and llama.cpp's state, with the model and context
+        it belongs to and a checksum.  The file is replaced atomically."""
+        state_file.write_state_file(path, self.snapshot_sequence(seq_id))
+
+    def load_session(self, path: str | Path, seq_id: int | None = None) -> None:
+        """Put a ``save_session`` file back into a sequence no generation is using (default: the current
+        one).  A file that is damaged, not a state file, or of another model or context raises a
+        :class:`llama_cpp.state_file.StateFileError` (a ValueError) before the sequence is touched."""
+        snapshot = state_file.read_state_file(path, origin=self._live_scheduler().ctx.origin)
+        self.restore_sequence(snapshot, seq_id)
 
     def _slot(self, seq_id: int | None) -> Slot:
         scheduler = self._live_scheduler()

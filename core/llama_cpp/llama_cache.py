@@ -10,6 +10,9 @@ adapters and llama.cpp's state of that sequence.
 
 The built-in strategies (``ram``, ``trie``) come from the ``llama-cpp-caches``
 plugin; their classes are importable from here, as in the seed.
+``HybridCheckpointCache`` is not a strategy but part of the engine (the
+checkpoints of recurrent, hybrid and sliding-window memories); it is
+importable from here under its seed name.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from __future__ import annotations
 import abc
 from typing import Any, Sequence
 
+from .engine.checkpoints import HybridCheckpointCache
 from .engine.ledger import lookup_by_protocol
 from .plugins import get_host
 
-__all__ = ["BaseLlamaCache"]
+__all__ = ["BaseLlamaCache", "HybridCheckpointCache"]
 
 
 class BaseLlamaCache(abc.ABC):
@@ -54,10 +58,13 @@ class BaseLlamaCache(abc.ABC):
     def __setitem__(self, key: Sequence[int], value: Any) -> None:
         """Store ``value`` (a snapshot of the sequence holding ``key``)."""
 
-    def lookup(self, tokens: Sequence[int], adapters: Any = None) -> tuple[int, Any] | None:
+    def lookup(self, tokens: Sequence[int], adapters: Any = None, origin: Any = None) -> tuple[int, Any] | None:
         """``(length of the common prefix, entry)`` for the entry sharing the longest prefix with
-        ``tokens`` and evaluated under ``adapters`` (None: under any), or None."""
-        return lookup_by_protocol(self, tokens, adapters)
+        ``tokens``, evaluated under ``adapters`` and made by a context of ``origin`` (a
+        :class:`llama_cpp.engine.origin.StateOrigin`: the same model and context parameters), or None.
+        None for ``adapters`` or ``origin`` means any: one cache may serve several models, so a strategy
+        should skip the entries of another origin rather than hide a usable one behind them."""
+        return lookup_by_protocol(self, tokens, adapters, origin)
 
 
 def __getattr__(name: str) -> Any:

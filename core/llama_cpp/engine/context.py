@@ -15,6 +15,7 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from .._handles import Batch, NativeHandle
+from .origin import StateOrigin
 
 DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
 
@@ -89,18 +90,28 @@ class Context:
     """A ``llama_context`` with its memory, its batch and an abort switch."""
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
-                 "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view")
+                 "recurrent", "window", "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view",
+                 "origin")
 
-    def __init__(self, handle: NativeHandle, n_vocab: int) -> None:
+    def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True) -> None:
         self.handle = handle
         self.ptr = handle.ptr
         self.mem = lib.llama_get_memory(self.ptr)
         self.n_vocab = n_vocab
+        model = lib.llama_get_model(self.ptr)
+        # what the memory cannot take back: a recurrent state (recurrent or hybrid models) keeps only the
+        # state after its last token; a sliding-window cache that is not full size (swa_full) prunes the
+        # cells that left the window, ``window`` positions behind the newest
+        self.recurrent = bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model))
+        self.window: int = 0 if swa_full else max(0, lib.llama_model_n_swa(model))
         self.n_ctx: int = lib.llama_n_ctx(self.ptr)
         self.n_ctx_seq: int = lib.llama_n_ctx_seq(self.ptr)
         self.n_batch: int = lib.llama_n_batch(self.ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(self.ptr)
         self.batch = BatchBuilder(self.n_batch, self.n_seq_max)
+        # which model and context parameters this context's sequence states belong to (set by whoever made
+        # the context: it knows the model file); None: unknown, no state is refused for its origin
+        self.origin: StateOrigin | None = None
         self._abort = threading.Event()
         flag = self._abort.is_set
         self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: flag())
@@ -154,6 +165,14 @@ class Context:
 
     def can_shift(self) -> bool:
         return bool(lib.llama_memory_can_shift(self.mem))
+
+    def window_holds(self, seq_id: int, n: int) -> bool:
+        """Whether the sliding window still holds every cell the token at position ``n`` attends to
+        (always, without a pruned window; llama-server's test, one position to spare)."""
+        if self.window == 0 or n == 0:
+            return True
+        pos_min = lib.llama_memory_seq_pos_min(self.mem, seq_id)
+        return 0 <= pos_min <= max(0, n - self.window)
 
     # -- state --------------------------------------------------------------------
     def seq_state(self, seq_id: int, flags: int = 0) -> bytes:

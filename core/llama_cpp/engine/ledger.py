@@ -15,9 +15,10 @@ import attrs
 import numpy as np
 
 from .._adapters import NO_ADAPTERS, AdapterKey
-from .checkpoints import Checkpoint
+from .checkpoints import Checkpoint, checkpoint_flags, reachable
+from .prefix import common_prefix
 from .context import Context
-from .origin import StateOrigin
+from .origin import ForeignStateError, StateOrigin
 
 
 @attrs.frozen
@@ -41,24 +42,22 @@ class SequenceSnapshot:
     def nbytes(self) -> int:
         return len(self.state) + 4 * len(self.tokens) + sum(c.nbytes for c in self.checkpoints)
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    def fits(self, origin: StateOrigin | None) -> bool:
+        """Whether a context of ``origin`` may restore this snapshot: unless both origins are known and
+        differ."""
+        return origin is None or self.origin is None or self.origin == origin
 
 
-def lookup_by_protocol(cache: Any, tokens: Sequence[int], adapters: Any = None) -> tuple[int, SequenceSnapshot] | None:
+def lookup_by_protocol(cache: Any, tokens: Sequence[int], adapters: Any = None,
+                       origin: StateOrigin | None = None) -> tuple[int, SequenceSnapshot] | None:
     """A seed-protocol cache's entry for ``tokens`` (``tokens in cache``, ``cache[tokens]``) as
-    ``(shared prefix length, snapshot)``: only a snapshot evaluated under ``adapters`` (None: any)."""
+    ``(shared prefix length, snapshot)``: only a snapshot evaluated under ``adapters`` and made by a
+    context of ``origin`` (None: any)."""
     if tokens not in cache:
         return None
     value = cache[tokens]
-    if not isinstance(value, SequenceSnapshot) or (adapters is not None and value.adapters != adapters):
+    if not isinstance(value, SequenceSnapshot) or (adapters is not None and value.adapters != adapters) or \
+            not value.fits(origin):
         return None
     return common_prefix(value.tokens, tokens), value
 
@@ -67,18 +66,21 @@ class Ledger:
     """The tokens one sequence holds in memory, and the adapters they were evaluated with.
 
     ``adapters`` is None when the tokens were evaluated under a mix of
-    adapter sets: such a ledger is never reused as a prefix.  With
+    adapter sets: such a ledger is never reused as a prefix.  ``checkpoints``
+    are partial states taken along the way, for memories that cannot drop a
+    suffix (see :mod:`.checkpoints`).  With
     ``logits_all`` the ledger also keeps each token's logits row (``scores``),
     moved together with the tokens when the context shifts.
     """
 
-    __slots__ = ("seq_id", "tokens", "adapters", "scores")
+    __slots__ = ("seq_id", "tokens", "adapters", "scores", "checkpoints")
 
     def __init__(self, seq_id: int) -> None:
         self.seq_id = seq_id
         self.tokens: list[int] = []
         self.adapters: AdapterKey | None = NO_ADAPTERS
         self.scores: np.ndarray | None = None
+        self.checkpoints: list[Checkpoint] = []  # oldest first, each at most len(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -99,19 +101,57 @@ class Ledger:
         return common_prefix(self.tokens, tokens)
 
     def truncate(self, ctx: Context, n: int) -> int:
-        """Keep the first ``n`` tokens; returns how many are kept (0 if memory cannot drop a suffix)."""
+        """Keep at most the first ``n`` tokens; returns how many are kept.
+
+        Where the memory cannot drop the suffix at ``n`` (a recurrent state, a
+        sliding window that pruned cells the next token needs), the newest
+        checkpoint at or before ``n`` is put back instead, and the tokens after
+        it go; without one the sequence is cleared (0 kept).
+        """
         if n >= len(self.tokens):
             return len(self.tokens)
-        if n <= 0 or not ctx.seq_rm(self.seq_id, n, -1):
-            ctx.seq_rm(self.seq_id, 0, -1)
-            n = 0
+        if n > 0 and ctx.seq_rm(self.seq_id, n, -1) and ctx.window_holds(self.seq_id, n):
+            self._cut(n)
+            return n
+        for checkpoint in reversed(self.checkpoints):
+            if checkpoint.n_tokens <= n and self.rewind(ctx, checkpoint):
+                return checkpoint.n_tokens
+        self.clear(ctx)
+        return 0
+
+    def rewind(self, ctx: Context, checkpoint: Checkpoint) -> bool:
+        """Go back to ``checkpoint``: its partial state, the attention part cut to its length, the tokens
+        after it forgotten.  False (nothing changed) if llama.cpp refused the state."""
+        if checkpoint.on_device and checkpoint.seq_id != self.seq_id:
+            return False  # device buffers belong to the sequence that took them
+        if not ctx.set_seq_state(self.seq_id, checkpoint.state, checkpoint_flags(checkpoint.on_device)) or \
+                not ctx.seq_rm(self.seq_id, checkpoint.n_tokens, -1):
+            return False
+        self._cut(checkpoint.n_tokens)
+        return True
+
+    def _cut(self, n: int) -> None:
         del self.tokens[n:]
-        return n
+        if self.checkpoints and self.checkpoints[-1].n_tokens > n:
+            self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n]
+
+    def reachable(self, n: int, ctx: Context) -> int:
+        """How many of the first ``n`` tokens ``truncate(ctx, n)`` can be expected to keep: all of them, or
+        on a recurrent memory only up to a checkpoint (a pruned window is found out by ``truncate``)."""
+        return reachable(len(self.tokens), self.checkpoints, n, ctx.recurrent)
 
     def clear(self, ctx: Context) -> None:
         ctx.seq_rm(self.seq_id, 0, -1)
         self.tokens = []
+        self.checkpoints = []
         self.adapters = NO_ADAPTERS
+
+    def mirror(self, other: Ledger) -> None:
+        """This sequence's memory was just copied from ``other``'s (``seq_cp``): the same tokens, adapters
+        and host checkpoints (on-device ones stay with the sequence that took them)."""
+        self.tokens = list(other.tokens)
+        self.adapters = other.adapters
+        self.checkpoints = [c for c in other.checkpoints if not c.on_device]
 
     def shift(self, ctx: Context, n_keep: int, incoming: int) -> None:
         """Make room for ``incoming`` tokens: discard old ones after the first ``n_keep``.
@@ -129,6 +169,7 @@ class Ledger:
         discard = max(required, (n_past - keep) // 2)
         ctx.seq_rm(self.seq_id, keep, keep + discard)
         ctx.seq_shift(self.seq_id, keep + discard, -discard)
+        self.checkpoints = []  # states of positions that moved
         if self.scores is not None:
             self.scores[keep:n_past - discard] = self.scores[keep + discard:n_past]
         del self.tokens[keep:keep + discard]
@@ -140,15 +181,22 @@ class Ledger:
         return self.scores
 
     def snapshot(self, ctx: Context) -> SequenceSnapshot:
-        return SequenceSnapshot(tokens=tuple(self.tokens), state=ctx.seq_state(self.seq_id), adapters=self.adapters)
+        return SequenceSnapshot(tokens=tuple(self.tokens), state=ctx.seq_state(self.seq_id), adapters=self.adapters,
+                                checkpoints=tuple(c for c in self.checkpoints if not c.on_device), origin=ctx.origin)
 
     def restore(self, ctx: Context, snapshot: SequenceSnapshot) -> None:
-        """Replace this sequence's memory with ``snapshot``; ValueError if llama.cpp refuses it."""
+        """Replace this sequence's memory with ``snapshot``; ValueError if llama.cpp refuses it, and
+        ForeignStateError (nothing changed) if the snapshot says it belongs to another model or context."""
+        if not snapshot.fits(ctx.origin):
+            raise ForeignStateError(f"this sequence state belongs to another model or context "
+                                    f"({snapshot.origin.differences(ctx.origin)}): not restored")  # type: ignore
         ctx.seq_rm(self.seq_id, 0, -1)
         if not ctx.set_seq_state(self.seq_id, snapshot.state):
             self.tokens = []
+            self.checkpoints = []
             self.adapters = NO_ADAPTERS
             raise ValueError("llama.cpp did not accept the sequence state: was it saved from another model "
                              "or with other context parameters?")
         self.tokens = list(snapshot.tokens)
         self.adapters = snapshot.adapters
+        self.checkpoints = [c for c in snapshot.checkpoints if c.n_tokens <= len(self.tokens)]

@@ -33,6 +33,7 @@ from llama_cpp_native import lib
 
 from .._adapters import Adapters
 from .context import DECODE_ABORTED, Context
+from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
 from .model import Model
 from .request import Request, RequestState, TokenEvent
@@ -71,7 +72,7 @@ class Scheduler:
     """Serves requests from any number of threads in one context (see the module's docstring)."""
 
     def __init__(self, model: Model, ctx: Context, adapters: Adapters, *, n_keep: int, logits_all: bool,
-                 max_outputs: int = 0, step: Step | None = None) -> None:
+                 max_outputs: int = 0, step: Step | None = None, checkpoints: bool | dict[str, Any] = False) -> None:
         self.model = model
         self.max_outputs = max_outputs or ctx.n_batch  # logits rows one decode may ask for (n_outputs_max)
         self.ctx = ctx
@@ -84,6 +85,12 @@ class Scheduler:
         self._drafts = hasattr(self.step, "prepare")  # a step that drafts for every sequence before a tick
         self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
         self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
+        # a memory that cannot always drop a suffix is checkpointed while prompts are evaluated
+        # (``checkpoints``: True, or HybridCheckpointCache's options)
+        self.checkpoints: HybridCheckpointCache | None = None
+        if checkpoints is not False:
+            options = checkpoints if isinstance(checkpoints, dict) else {}
+            self.checkpoints = HybridCheckpointCache(ctx, ledgers=[s.ledger for s in self.slots], **options)
         self.waiting: collections.deque[Request] = collections.deque()
         self.current = self.slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
         # re-entrant: a stream that the garbage collector finalizes inside our own critical section
@@ -390,7 +397,11 @@ class Scheduler:
             prefill = request.state == RequestState.PREFILL  # type: ignore[union-attr]
             if prefill:
                 prompt = request.prompt  # type: ignore[union-attr]
-                fed = prompt[slot.prefill_at:slot.prefill_at + batch.capacity - batch.n]
+                end = slot.prefill_at + batch.capacity - batch.n
+                if self.checkpoints is not None:  # memory holds exactly the ledger's tokens here
+                    self.checkpoints.due(slot.ledger, len(prompt))
+                    end = self.checkpoints.chunk_end(slot.ledger, len(prompt), end)
+                fed = prompt[slot.prefill_at:end]
                 if self.logits_all:
                     fed = fed[:self.max_outputs - outputs]
                 last = slot.prefill_at + len(fed) == len(prompt)
@@ -634,17 +645,21 @@ class Scheduler:
             self.cache[list(ledger.tokens)] = ledger.snapshot(self.ctx)
 
     def _cached(self, prompt: list[int], key: Any, better_than: int) -> tuple[int, SequenceSnapshot] | None:
-        """The cached snapshot sharing the longest prefix with ``prompt`` (under the request's adapters),
-        if that is longer than ``better_than``; through the cache's ``lookup`` when it has one, else the
-        seed's protocol (``prompt in cache``, ``cache[prompt]``)."""
+        """The cached snapshot sharing the longest prefix with ``prompt`` (under the request's adapters,
+        made by a context of this one's origin), if that is longer than ``better_than``; through the
+        cache's ``lookup`` when it has one, else the seed's protocol (``prompt in cache``, ``cache[prompt]``).
+        A snapshot of another model or context is never restored, whatever the cache returns."""
         lookup = getattr(self.cache, "lookup", None)
-        found = lookup(prompt, key) if lookup is not None else lookup_by_protocol(self.cache, prompt, key)
+        origin = self.ctx.origin
+        found = lookup(prompt, key, origin) if lookup is not None else \
+            lookup_by_protocol(self.cache, prompt, key, origin)
         if found is None:
             return None
         snapshot = found[1]
-        if not isinstance(snapshot, SequenceSnapshot) or snapshot.adapters != key:  # a strategy's own lookup
+        if not isinstance(snapshot, SequenceSnapshot) or snapshot.adapters != key or not snapshot.fits(origin):
             return None
-        usable = min(common_prefix(snapshot.tokens, prompt), len(prompt) - 1)
+        usable = reachable(len(snapshot.tokens), snapshot.checkpoints,
+                           min(common_prefix(snapshot.tokens, prompt), len(prompt) - 1), self.ctx.recurrent)
         return (usable, snapshot) if usable > better_than else None
 
     def _leader_of(self, request: Request) -> Slot | None:
@@ -662,10 +677,9 @@ class Scheduler:
         if copied:
             ctx.seq_rm(slot.seq_id, 0, -1)
             ctx.seq_cp(donor.seq_id, slot.seq_id)  # type: ignore[union-attr]
-            ledger.tokens = list(donor.ledger.tokens)  # type: ignore[union-attr]
-            ledger.adapters = donor.ledger.adapters  # type: ignore[union-attr]
+            ledger.mirror(donor.ledger)  # type: ignore[union-attr]
             prefix = ledger.reusable_prefix(prompt, request.adapter_key)
-        prefix = min(prefix, len(prompt) - 1)
+        prefix = ledger.reachable(min(prefix, len(prompt) - 1), ctx)
         cached = self._cached(prompt, request.adapter_key, prefix) if self.cache is not None else None
         if cached is not None:
             prefix, snapshot = cached
@@ -694,8 +708,7 @@ class Scheduler:
             self.ctx.seq_cp(slot.seq_id, fork.seq_id)
             if not self._plain:
                 self.step.rollback(fork.seq_id, 0)
-            fork.ledger.tokens = list(slot.ledger.tokens)
-            fork.ledger.adapters = slot.ledger.adapters
+            fork.ledger.mirror(slot.ledger)
             fork.prefill_at = len(request.prompt)
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.request.prompt_logits  # type: ignore[union-attr]

