@@ -124,6 +124,17 @@ def test_save_and_load_state_carry_the_checkpoints(hybrid_path: str) -> None:
     assert _greedy(other, PROMPT) == (cold, PROMPT_TAIL)
 
 
+def test_a_session_file_carries_the_checkpoints(hybrid_path: str, tmp_path: Path) -> None:
+    llm = _hybrid(hybrid_path)
+    cold, _ = _greedy(llm, PROMPT)
+    llm.save_session(tmp_path / "session.bin")
+    other = _hybrid(hybrid_path)
+    other.load_session(tmp_path / "session.bin")
+    assert [c.n_tokens for c in other.scheduler.current.ledger.checkpoints] == \
+        [c.n_tokens for c in llm.scheduler.current.ledger.checkpoints]
+    assert _greedy(other, PROMPT) == (cold, PROMPT_TAIL)
+
+
 def test_seed_methods_of_the_checkpoint_cache(hybrid_path: str) -> None:
     llm = _hybrid(hybrid_path)
     manager = llm._hybrid_cache_mgr

@@ -198,7 +198,8 @@ def test_llama_types_describe_what_the_api_returns(tiny_model_path: Path) -> Non
 def test_the_seed_reexports_cache_and_speculative_names_at_top_level() -> None:
     from llama_cpp import llama_cache, llama_speculative
 
-    for name in ("BaseLlamaCache", "LlamaCache", "LlamaRAMCache", "LlamaTrieCache", "HybridCheckpointCache"):
+    for name in ("BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache", "LlamaTrieCache",
+                 "HybridCheckpointCache"):
         assert getattr(llama_cpp, name) is getattr(llama_cache, name)
     for name in ("LlamaDraftModel", "LlamaSpecEngine", "SpecConfig", "SpeculativeType", "create_spec_engine",
                  "create_native_spec_engine", "speculative_output_limits"):
