@@ -57,7 +57,7 @@ def test_cache_chosen_by_name_with_options(tiny_model_path: Path, cache_plugin: 
 
 
 def test_unknown_plugin_name_lists_the_valid_ones(tiny_model_path: Path, cache_plugin: None) -> None:
-    with pytest.raises(ValueError, match="unknown cache strategy 'nope'; valid names: ram, test-dict, trie"):
+    with pytest.raises(ValueError, match="unknown cache strategy 'nope'; valid names: disk, ram, test-dict, trie"):
         Llama(str(tiny_model_path), verbose=False, cache={"strategy": "nope"})
     with pytest.raises(ValueError, match="key 'strategy'"):
         Llama(str(tiny_model_path), verbose=False, cache={"capacity_bytes": 1})

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from llama_cpp import Llama, state_file
-from llama_cpp.engine import Context, SequenceSnapshot
+from llama_cpp.engine import SequenceSnapshot
 from llama_cpp.engine.origin import ForeignStateError, StateOrigin, model_fingerprint
 
 PROMPT = "Once upon a time, in a land far away, there lived"
@@ -28,20 +28,6 @@ def _llama(path: Path, **kw: Any) -> Llama:
 
 def _greedy(llm: Llama, prompt: str, n: int = 12) -> str:
     return llm.create_completion(prompt, max_tokens=n, temperature=0.0)["choices"][0]["text"]
-
-
-@pytest.fixture
-def restores(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every state handed to llama.cpp from now on."""
-    seen: list[bytes] = []
-    original = Context.set_seq_state
-
-    def spy(self: Context, seq_id: int, data: bytes, flags: int = 0) -> bool:
-        seen.append(data)
-        return original(self, seq_id, data, flags)
-
-    monkeypatch.setattr(Context, "set_seq_state", spy)
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +61,12 @@ def test_origins_tell_models_and_context_parameters_apart(tiny_model_path: Path,
 
 
 def test_a_session_continues_with_identical_greedy_text(session: tuple[Path, str, str], tiny_model_path: Path,
-                                                        restores: list[bytes]) -> None:
+                                                        restored_states: list[bytes]) -> None:
     path, first, expected = session
     with _llama(tiny_model_path) as llm:
         llm.load_session(path)
         prompt = llm.tokenize(PROMPT.encode())
-        assert len(restores) == 1 and llm.eval_tokens[:len(prompt)] == prompt
+        assert len(restored_states) == 1 and llm.eval_tokens[:len(prompt)] == prompt
         evaluated = llm.scheduler.n_prompt_tokens
         assert _greedy(llm, PROMPT + first) == expected
         reply = len(llm.tokenize((PROMPT + first).encode())) - len(llm.tokenize(PROMPT.encode()))
@@ -151,7 +137,7 @@ DAMAGE: dict[str, tuple[Callable[[bytes], bytes], type[state_file.StateFileError
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_damaged_session_files_are_refused_and_the_sequence_stays_usable(
         damage: str, session: tuple[Path, str, str], tiny_model_path: Path, tmp_path: Path,
-        restores: list[bytes]) -> None:
+        restored_states: list[bytes]) -> None:
     change, error, words = DAMAGE[damage]
     path = tmp_path / "damaged.llseq"
     path.write_bytes(change(session[0].read_bytes()))
@@ -160,14 +146,14 @@ def test_damaged_session_files_are_refused_and_the_sequence_stays_usable(
         held = list(llm.eval_tokens)
         with pytest.raises(error, match=words) as info:
             llm.load_session(path)
-        assert isinstance(info.value, ValueError) and not restores
+        assert isinstance(info.value, ValueError) and not restored_states
         assert llm.eval_tokens == held  # untouched
         assert _greedy(llm, PROMPT + session[1]) == session[2]
 
 
 @pytest.mark.parametrize("other", ["another model", "another n_ctx", "another KV type"])
 def test_foreign_session_files_are_refused(other: str, session: tuple[Path, str, str], tiny_model_path: Path,
-                                           tiny_model_factory: Callable[..., Path], restores: list[bytes]) -> None:
+                                           tiny_model_factory: Callable[..., Path], restored_states: list[bytes]) -> None:
     made = {"another model": lambda: _llama(tiny_model_factory(seed=99)),
             "another n_ctx": lambda: _llama(tiny_model_path, n_ctx=1024),
             "another KV type": lambda: _llama(tiny_model_path, type_v=0)}[other]
@@ -176,7 +162,7 @@ def test_foreign_session_files_are_refused(other: str, session: tuple[Path, str,
         llm.reset()
         with pytest.raises(state_file.ForeignStateFile, match="another model or context") as info:
             llm.load_session(session[0])
-        assert isinstance(info.value, ForeignStateError) and not restores
+        assert isinstance(info.value, ForeignStateError) and not restored_states
         assert _greedy(llm, PROMPT + session[1]) == cold
 
 

