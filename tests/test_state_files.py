@@ -17,6 +17,7 @@ import pytest
 
 from llama_cpp import Llama, state_file
 from llama_cpp.engine import SequenceSnapshot
+from llama_cpp.engine.checkpoints import Checkpoint
 from llama_cpp.engine.origin import ForeignStateError, StateOrigin, model_fingerprint
 
 PROMPT = "Once upon a time, in a land far away, there lived"
@@ -175,3 +176,14 @@ def test_writing_is_atomic_and_needs_an_origin(tmp_path: Path) -> None:
     assert state_file.read_state_file(path, origin=origin) == snapshot
     with pytest.raises(ValueError, match="origin is None"):
         state_file.write_state_file(path, SequenceSnapshot(tokens=(1,), state=b"x"))
+
+
+def test_checkpoints_out_of_order_are_refused() -> None:
+    """The ledger relies on a snapshot's checkpoints being in increasing order within its tokens."""
+    origin = StateOrigin(model="0" * 64, context=(("n_ctx_seq", 512),))
+    for lengths in ((5, 3), (3, 3), (0,), (9,)):
+        snapshot = SequenceSnapshot(tokens=tuple(range(8)), state=b"\xd8\x3c\x14\xaf state", origin=origin,
+                                    checkpoints=tuple(Checkpoint(n, b"partial") for n in lengths))
+        data = b"".join(state_file.encode(snapshot).parts)
+        with pytest.raises(state_file.CorruptStateFile, match="increasing order"):
+            state_file.read_state_file(io.BytesIO(data))

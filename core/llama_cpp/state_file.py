@@ -330,9 +330,12 @@ def _read_header(fh: IO[bytes], name: str) -> tuple[StateFileHeader, bytes, byte
     if meta.at != len(meta_bytes):
         raise CorruptStateFile(f"{name}: the meta section does not end where its header says ({meta.at} of "
                                f"{len(meta_bytes)} bytes used)")
-    for n, _nbytes in table:
-        if n > n_tokens:
-            raise CorruptStateFile(f"{name}: a checkpoint after {n} tokens, but the state holds {n_tokens}")
+    previous = 0
+    for n, _nbytes in table:  # the ledger relies on them being in order, each within the tokens
+        if not previous < n <= n_tokens:
+            raise CorruptStateFile(f"{name}: a checkpoint after {n} tokens, where the checkpoints must be in "
+                                   f"increasing order, after 1 to {n_tokens} tokens (the state holds {n_tokens})")
+        previous = n
     state_size = payload_size - sum(nbytes for _n, nbytes in table)
     if state_size < 0:
         raise CorruptStateFile(f"{name}: the checkpoints take more bytes than the payload has")
