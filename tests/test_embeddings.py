@@ -80,8 +80,11 @@ def minilm_by_pooling(minilm_model_path):
         llm.close()
 
 
-@pytest.mark.parametrize("pooling, normalize", [("mean", -1), ("mean", 0), ("mean", 1), ("mean", 2), ("mean", 3),
-                                                ("cls", -1), ("last", -1)])
+EVERY_POOLING_AND_NORMALIZE = [(pooling, normalize) for pooling in ("mean", "cls", "last")
+                               for normalize in (-1, 0, 1, 2, 3)]
+
+
+@pytest.mark.parametrize("pooling, normalize", EVERY_POOLING_AND_NORMALIZE)
 def test_equal_to_llama_embedding(minilm_by_pooling, minilm_model_path, pooling, normalize):
     theirs = llama_embedding(minilm_model_path, SENTENCES, normalize=normalize, pooling=pooling)
     llm = minilm_by_pooling(pooling)
@@ -102,7 +105,7 @@ def _decodes_needed(llm, texts) -> int:
     return decodes
 
 
-@pytest.mark.parametrize("pooling, normalize", [("mean", 2), ("cls", 0), ("last", 3)])
+@pytest.mark.parametrize("pooling, normalize", EVERY_POOLING_AND_NORMALIZE)
 def test_one_input_equal_to_llama_embedding(minilm_by_pooling, minilm_model_path, pooling, normalize):
     """One input alone (llama.cpp's matrix kernels differ with the batch's size, so the oracle embeds it alone)."""
     theirs = llama_embedding(minilm_model_path, [SENTENCES[13]], normalize=normalize, pooling=pooling)
