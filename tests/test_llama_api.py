@@ -204,5 +204,54 @@ def test_the_seed_reexports_cache_and_speculative_names_at_top_level() -> None:
     for name in ("LlamaDraftModel", "LlamaSpecEngine", "SpecConfig", "SpeculativeType", "create_spec_engine",
                  "create_native_spec_engine", "speculative_output_limits"):
         assert getattr(llama_cpp, name) is getattr(llama_speculative, name)
+    for name in ("BaseLlamaTokenizer", "LlamaTokenizer", "AbortCriteria", "LlamaState", "LogitsProcessorList",
+                 "StoppingCriteriaList", "MinTokensLogitsProcessor", "LlamaGrammar"):
+        assert hasattr(llama_cpp, name), name
     with pytest.raises(AttributeError, match="no attribute 'NotASeedName'"):
         llama_cpp.NotASeedName  # noqa: B018
+
+
+class _CharTokenizer:
+    """A stand-in for a Hugging Face tokenizer: one token per character, 1 as the start token."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return ([1] if add_special_tokens else []) + [100 + ord(c) % 1000 for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i - 100) for i in ids if i >= 100)  # the start token decodes to nothing
+
+
+def test_a_hugging_face_tokenizer_replaces_the_vocabulary(tiny_model_path: Path) -> None:
+    from llama_cpp.llama_tokenizer import BaseLlamaTokenizer, LlamaHFTokenizer
+
+    tokenizer = LlamaHFTokenizer(_CharTokenizer())
+    assert isinstance(tokenizer, BaseLlamaTokenizer) and llama_cpp.BaseLlamaTokenizer is BaseLlamaTokenizer
+    assert tokenizer.tokenize(b"ab") == [1, 197, 198]
+    assert tokenizer.detokenize([199], prev_tokens=[197, 198]) == b"c"
+    with Llama(str(tiny_model_path), n_ctx=256, verbose=False, tokenizer=tokenizer) as llm:
+        assert llm.tokenize(b"Hi") == [1, 172, 205]
+        assert llm.detokenize([172, 205]) == b"Hi"
+        out = llm.create_completion("Hi", max_tokens=3, temperature=0.0)
+        assert out["usage"]["prompt_tokens"] == 3
+    with pytest.raises(TypeError, match="encode"):
+        LlamaHFTokenizer(object())
+    with pytest.raises(TypeError, match="BaseLlamaTokenizer"):
+        Llama(str(tiny_model_path), verbose=False, tokenizer="gpt2")
+
+
+def test_abort_criteria_stops_a_generation_from_another_thread(tiny_model_path: Path) -> None:
+    import threading
+
+    from llama_cpp import AbortCriteria, StoppingCriteriaList
+
+    event = threading.Event()
+    abort = AbortCriteria(event)
+    with Llama(str(tiny_model_path), n_ctx=256, verbose=False) as llm:
+        seen = 0
+        for _chunk in llm.create_completion("Once", max_tokens=200, temperature=0.0, stream=True,
+                                            stopping_criteria=StoppingCriteriaList([abort])):
+            seen += 1
+            if seen == 5:
+                event.set()
+        assert 5 <= seen <= 6
+        assert abort.event is event and not AbortCriteria().event.is_set()

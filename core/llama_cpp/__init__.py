@@ -8,10 +8,11 @@ import importlib as _importlib
 
 from .llama_cpp import *  # noqa: F401,F403  (the seed's top-level C API)
 # the seed's top-level names (re-exported on purpose)
-from .llama import Llama, LlamaState, LlamaTokenizer  # noqa: F401
+from .llama import Llama, LlamaState  # noqa: F401
+from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer  # noqa: F401
 from .llama_grammar import LlamaGrammar  # noqa: F401
 from .plugins import hookimpl  # noqa: F401
-from .processors import LogitsProcessorList, MinTokensLogitsProcessor, StoppingCriteriaList  # noqa: F401
+from .processors import AbortCriteria, LogitsProcessorList, MinTokensLogitsProcessor, StoppingCriteriaList  # noqa: F401
 from .sampling import SamplingParams  # noqa: F401
 from .llama_types import *  # noqa: F401,F403  (the seed re-exports its TypedDicts)
 

@@ -23,6 +23,7 @@ from .engine import Context, Model, Request, Scheduler, SequenceSampler, Sequenc
 from .engine.checkpoints import Checkpoint, HybridCheckpointCache
 from .engine.ledger import common_prefix
 from .engine.origin import state_origin
+from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
 from .engine.sampler import chain_context
 from .engine.scheduler import Slot
 from .engine.speculative import SpeculativeStep, empty_stats
@@ -48,31 +49,6 @@ class LlamaState:
     # partial states of a recurrent / hybrid / windowed memory along the tokens (engine.checkpoints), so that
     # a prompt that shares only part of the tokens continues from the last checkpoint before they differ
     checkpoints: tuple[Checkpoint, ...] = ()
-
-
-class LlamaTokenizer:
-    """Tokenizes with a Llama's vocabulary (llama-cpp-python's ``LlamaTokenizer``)."""
-
-    def __init__(self, llama: "Llama") -> None:
-        self._model = llama
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
-        # special=False like Llama.tokenize: user text that spells a special token stays text
-        return self._model.tokenize(text, add_bos=add_bos, special=special)
-
-    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
-                   special: bool = False) -> bytes:
-        return self._model.detokenize(tokens, prev_tokens=prev_tokens, special=special)
-
-    def encode(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
-        return self.tokenize(text.encode("utf-8", errors="ignore"), add_bos=add_bos, special=special)
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        return self.detokenize(tokens).decode("utf-8", errors="ignore")
-
-    @classmethod
-    def from_ggml_file(cls, path: str) -> "LlamaTokenizer":
-        return cls(Llama(model_path=path, vocab_only=True, verbose=False))
 
 
 _UNLIMITED = 1 << 62  # no max_tokens: generate() runs until end of generation or until the reader stops
@@ -156,7 +132,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         ctx_checkpoints: int = 16,
         checkpoint_interval: int = 4096,
         checkpoint_on_device: bool = False,
-        tokenizer: Any = None,
+        tokenizer: BaseLlamaTokenizer | None = None,
         # capabilities: objects, or dicts that name a plugin (see llama_cpp._compose)
         chat_format: str | None = None,
         chat_handler: Any = None,
@@ -329,6 +305,9 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
                                         step=self._spec_step, checkpoints=checkpoints)
         self.set_cache(cache)
         self.metadata = self._read_metadata()
+        if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("tokenize", "detokenize")):
+            raise TypeError(f"tokenizer must be a llama_cpp.llama_tokenizer.BaseLlamaTokenizer (tokenize and "
+                            f"detokenize methods), got {type(tokenizer).__name__}")
         self.tokenizer_ = tokenizer
         self.chat_template_name = chat_template_name
         self.chat_handler_kwargs = dict(chat_handler_kwargs or {})

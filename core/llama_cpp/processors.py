@@ -12,6 +12,7 @@ A stopping criterion gets the same arguments after a token was sampled, with
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, List
 
 import numpy as np
@@ -51,3 +52,15 @@ class MinTokensLogitsProcessor:
         if len(input_ids) - self.prompt_tokens < self.min_tokens:
             scores[self.token_eos] = -np.inf
         return scores
+
+
+class AbortCriteria:
+    """Stops generation once ``event`` is set (any thread may set it): llama-cpp-python's helper for
+    cancelling a generation from outside.  Unlike the reference, the library never appends one to the
+    caller's list: ``Llama.abort()`` and closing a stream cancel a generation without it."""
+
+    def __init__(self, event: threading.Event | None = None) -> None:
+        self.event = event if event is not None else threading.Event()
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
+        return self.event.is_set()
