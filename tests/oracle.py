@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -71,3 +72,40 @@ def llama_embedding(model: Path, prompts: list[str], *, normalize: int, pooling:
                 break
         assert len(rows) == expected, f"llama-embedding printed {len(rows)} rows, expected {expected}"
     return np.asarray(rows, dtype=np.float64)
+
+
+MTMD_RESPONSE_MARKER = "<#mtmd-response#>"
+
+
+def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_predict: int, *,
+                   n_ctx: int = 4096, threads: int = 2, ignore_eos: bool = True,
+                   extra: list[str] | None = None) -> bytes:
+    """The bytes llama-mtmd-cli generates greedily for ``prompt`` with ``media`` (images or audio, in the
+    order of the prompt's ``<__media__>`` markers; without a marker the tool puts one per file in front).
+
+    The tool always renders the prompt through the model's chat template as one user message (the tiny
+    mtmd models' template renders the content unchanged), tokenizes it with ``mtmd_tokenize_from_parts``
+    (special tokens parsed, BOS added as the vocabulary says), decodes text chunks with
+    ``mtmd_helper_eval_chunk_single`` and media chunks with ``mtmd_helper_decode_image_chunk`` in
+    batches of ``-b`` (2048), then one token per decode.  It prints each token's piece (special
+    tokens rendered): the result is those pieces joined, not token ids.  ``ignore_eos`` makes it
+    generate exactly ``n_predict`` tokens (without it, a generation that meets end-of-generation ends
+    with an extra ``"\\n"``, which this returns as is).  Its output begins after the response marker
+    line (``MTMD_TEST_RESPONSE_MARKER``) and the newline printed once the prompt is decoded, and ends
+    with ``"\\n\\n"``."""
+    cmd = [str(tool("llama-mtmd-cli")), "-m", str(model), "--mmproj", str(mmproj),
+           "--image", ",".join(str(m) for m in media), "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx),
+           "-t", str(threads), "-tb", str(threads), "--temp", "0", "-s", "0", "--jinja", "--no-warmup",
+           *(["--ignore-eos"] if ignore_eos else []), *(extra or [])]
+    env = {**os.environ, "MTMD_TEST_RESPONSE_MARKER": MTMD_RESPONSE_MARKER}
+    head = MTMD_RESPONSE_MARKER.encode() + b"\n\n"
+    # as llama-completion (above), the tool logs through a background thread that can lose its last
+    # lines at exit: a cut-off output is run again
+    for _attempt in range(3):
+        proc = subprocess.run(cmd, capture_output=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+        out = proc.stdout
+        if head in out and out.endswith(b"\n\n"):
+            break
+    assert head in out and out.endswith(b"\n\n"), out[-80:]
+    return out.split(head, 1)[1][:-2]

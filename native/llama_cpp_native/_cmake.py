@@ -29,7 +29,7 @@ from ._source import SourceTree, cache_root
 LIBRARY_TARGETS = ("llama", "mtmd", "llama-common")
 # llama.cpp's own programs used as oracles of correctness and speed.
 TOOL_TARGETS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-embedding", "llama-tokenize",
-                "llama-speculative-simple", "llama-lookup", "llama-lookup-create")
+                "llama-speculative-simple", "llama-lookup", "llama-lookup-create", "llama-mtmd-cli")
 
 # Options that keep the configure step to what a library build needs; the
 # tools and examples are configured (cheap) but only built on request.

@@ -16,6 +16,7 @@ import pytest
 from ..default_model import cache_dir
 from ..engine.context import Context
 from .assets import gemma3_path, smollm2_path, vocab_file
+from . import tiny_mtmd_models as mtmd_models
 from . import tiny_spec_models as spec_models
 from .tiny_models import TinyLlamaSpec, write_tiny_llama, write_tiny_lora
 from .minilm import minilm_path
@@ -116,3 +117,35 @@ def tiny_bert_factory() -> Callable[..., Path]:
 def tiny_reranker_path(tiny_bert_factory: Callable[..., Path]) -> Path:
     """A tiny random BERT reranker: rank pooling, a one-output classification head."""
     return tiny_bert_factory()
+
+
+@pytest.fixture(scope="session")
+def tiny_mtmd_model() -> Callable[[str], tuple[Path, Path]]:
+    """Returns ``model(name) -> (text_model, mmproj)`` of a tiny random multimodal pair (written once):
+    ``gemma3``, ``mlp`` (LLaVA-1.5), ``idefics3`` (SmolVLM), ``qwen2vl_merger`` (with an M-RoPE text model)
+    and ``qwen2a`` (audio); see :mod:`llama_cpp.testing.tiny_mtmd_models`."""
+    return mtmd_models.mtmd_model_paths
+
+
+@pytest.fixture(scope="session")
+def tiny_png(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Returns ``make(width, height, seed=0) -> Path`` of an RGB PNG (seeded noise over a gradient)."""
+    folder = tmp_path_factory.mktemp("tiny-png")
+
+    def make(width: int, height: int, seed: int = 0) -> Path:
+        path = folder / f"{width}x{height}-{seed}.png"
+        return path if path.exists() else mtmd_models.write_png(path, width, height, seed=seed)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_wav(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Returns ``make(seconds, sample_rate=16000) -> Path`` of a mono 16-bit WAV (a 440 Hz tone)."""
+    folder = tmp_path_factory.mktemp("tiny-wav")
+
+    def make(seconds: float, sample_rate: int = 16000) -> Path:
+        path = folder / f"{seconds}s-{sample_rate}.wav"
+        return path if path.exists() else mtmd_models.write_wav(path, seconds, sample_rate=sample_rate)
+
+    return make
