@@ -4,6 +4,8 @@ decode path through the C API generates (the oracle the multimodal engine will b
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from lowlevel import load_model
-from oracle import llama_mtmd_cli
+from oracle import llama_mtmd_cli, tool
 
 from llama_cpp import llama_cpp as C
 from llama_cpp import mtmd_cpp as M
@@ -154,8 +156,11 @@ CASES: dict[str, tuple[Media, str, list[Any]]] = {
     # Qwen2-Audio: one second is padded to a 30 s Whisper window: 3000 mel frames -> 750 tokens
     "qwen2a": (lambda png, wav: [wav(1.0)], "Hear <__media__> now",
                [b"<s> Hear <|audio_bos|>", ("audio", 750, 750), b"<|audio_eos|>  now"]),
+    # Ultravox with its frames stacked by 4: 3000 mel frames / 4 / 2 = 375 tokens, no begin/end tokens
+    "ultravox-stack4": (lambda png, wav: [wav(1.0)], "Hear <__media__> now",
+                        [b"<s> Hear ", ("audio", 375, 375), b"  now"]),
 }
-CAPABILITIES = {"qwen2a": (False, True)}  # (vision, audio); every other pair is vision only
+CAPABILITIES = {"qwen2a": (False, True), "ultravox-stack4": (False, True)}  # (vision, audio); others: vision
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +215,18 @@ def test_llama_mtmd_cli_generates_the_replayed_greedy_tokens(
         replayed = b"".join(pair.piece(t) for t in tokens)
     assert len(tokens) == n_predict and len(set(tokens)) > 1  # not stuck on one token
     assert llama_mtmd_cli(*paths, media(name), prompt, n_predict) == replayed
+
+
+def test_ultravox_stacked_by_8_aborts_llama_cpp_when_encoding(tiny_mtmd_model: Callable[[str], tuple[Path, Path]],
+                                                              tiny_wav: Callable[..., Path]) -> None:
+    """The pinned build's known failure, kept visible for the multimodal plugin (which must refuse such a
+    projector before encoding) and for whoever updates llama.cpp: Ultravox's stack factor 8 counts 187
+    tokens per 30 s chunk, its encoder emits 188, and clip.cpp aborts the process."""
+    text, mmproj = tiny_mtmd_model("ultravox")
+    with open_pair((text, mmproj)) as pair, tokenized(pair, "<__media__> now", [tiny_wav(1.0)]) as chunks:
+        assert [c for c in layout(pair, chunks) if isinstance(c, tuple)] == [("audio", 187, 187)]
+    proc = subprocess.run([str(tool("llama-mtmd-cli")), "-m", str(text), "--mmproj", str(mmproj), "--audio",
+                           str(tiny_wav(1.0)), "-p", "Hear <__media__> now", "-n", "4", "-t", str(THREADS),
+                           "--temp", "0", "--jinja", "--no-warmup"], capture_output=True, timeout=120)
+    assert proc.returncode in (-signal.SIGABRT, 128 + signal.SIGABRT)
+    assert b"expected output 187 tokens, got 188" in proc.stderr

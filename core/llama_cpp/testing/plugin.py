@@ -123,7 +123,8 @@ def tiny_reranker_path(tiny_bert_factory: Callable[..., Path]) -> Path:
 def tiny_mtmd_model() -> Callable[[str], tuple[Path, Path]]:
     """Returns ``model(name) -> (text_model, mmproj)`` of a tiny random multimodal pair (written once):
     ``gemma3``, ``mlp`` (LLaVA-1.5), ``idefics3`` (SmolVLM), ``qwen2vl_merger`` (with an M-RoPE text model)
-    and ``qwen2a`` (audio); see :mod:`llama_cpp.testing.tiny_mtmd_models`."""
+    ``qwen2a`` and ``ultravox-stack4`` (audio), and ``ultravox``, whose encoding aborts the pinned
+    llama.cpp; see :mod:`llama_cpp.testing.tiny_mtmd_models`."""
     return mtmd_models.mtmd_model_paths
 
 

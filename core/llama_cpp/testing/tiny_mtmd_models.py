@@ -30,6 +30,11 @@ Each pair (``MTMD_MODEL_WRITERS``):
     Qwen2-Audio: a qwen2 text model (``<|audio_bos|>``/``<|audio_eos|>`` added) and a Whisper encoder
     (two conv1d, 128 mel bins) with a linear projector; every started 30 s of 16 kHz audio is one chunk
     of 750 tokens.
+``ultravox``, ``ultravox-stack4``
+    Ultravox: a llama text model and a Whisper encoder whose frames are stacked by 8 (Ultravox's value)
+    or 4 before a SwiGLU projector; no begin/end tokens.  With 8, a 30 s chunk counts 187 tokens and
+    encodes to 188, and the pinned build aborts the process (see :func:`write_ultravox_mmproj`); with 4
+    it counts and encodes 375.
 
 Facts of the pinned source these follow: the projector's output width must equal the text model's
 ``n_embd`` (else ``mtmd_init_from_file`` returns NULL); the encoders' ``feed_forward_length`` differs
@@ -343,14 +348,9 @@ def write_qwen2vl_mmproj(path: Path, n_embd_text: int, *, seed: int = 34) -> Pat
     return _finish(writer, tmp, path)
 
 
-def write_qwen2a_mmproj(path: Path, n_embd_text: int, *, seed: int = 35) -> Path:
-    """Qwen2-Audio: Whisper's two conv1d (128 mel bins, the second with stride 2), 1500 positions, no bias
-    on attn_k, average pooling by 2 and a linear projector: 750 tokens per 30 s chunk."""
-    n_mel = 128
-    enc = _Encoder("qwen2a", modality="audio", extra_keys=(("clip.audio.num_mel_bins", n_mel),))
-    w = _Weights(seed)
+def _add_whisper_encoder(writer: Any, w: _Weights, enc: _Encoder, n_mel: int) -> None:
+    """Whisper's encoder: two conv1d (the second with stride 2), 1500 positions, no bias on attn_k."""
     n = enc.n_embd
-    writer, tmp = _open_mmproj(path, enc, n_embd_text)
     # conv kernels are ggml [kernel, in, out]; their biases [1, out] broadcast over the frames
     writer.add_tensor("a.conv1d.1.weight", w.conv(n, n_mel, 3))
     writer.add_tensor("a.conv1d.1.bias", w.mat(n, 1, scale=0.1))
@@ -359,8 +359,39 @@ def write_qwen2a_mmproj(path: Path, n_embd_text: int, *, seed: int = 35) -> Path
     writer.add_tensor("a.position_embd.weight", w.mat(1500, n, scale=0.5))
     _add_layers(writer, w, enc, "a", k_bias=False)
     _add_post_ln(writer, w, "a", n)
-    writer.add_tensor("mm.a.fc.weight", w.mat(n_embd_text, n, scale=0.5))
+
+
+def write_qwen2a_mmproj(path: Path, n_embd_text: int, *, seed: int = 35) -> Path:
+    """Qwen2-Audio: Whisper (128 mel bins), average pooling by 2 and a linear projector: 750 tokens per
+    30 s chunk."""
+    n_mel = 128
+    enc = _Encoder("qwen2a", modality="audio", extra_keys=(("clip.audio.num_mel_bins", n_mel),))
+    w = _Weights(seed)
+    writer, tmp = _open_mmproj(path, enc, n_embd_text)
+    _add_whisper_encoder(writer, w, enc, n_mel)
+    writer.add_tensor("mm.a.fc.weight", w.mat(n_embd_text, enc.n_embd, scale=0.5))
     writer.add_tensor("mm.a.fc.bias", w.mat(n_embd_text, scale=0.1))
+    return _finish(writer, tmp, path)
+
+
+def write_ultravox_mmproj(path: Path, n_embd_text: int, *, stack_factor: int = 8, seed: int = 36) -> Path:
+    """Ultravox: Whisper (128 mel bins), frames stacked by ``stack_factor``, an RMS-normed SwiGLU projector.
+
+    In the pinned build a stack factor that leaves an odd number of stacked mel frames per 30 s chunk
+    (3000 / stack_factor; Ultravox's own 8 gives 375) makes the encoder emit one token more than
+    ``mtmd_tokenize`` counted (188, not 187), and ``clip_image_batch_encode`` aborts the process: the
+    tokenization succeeds, the encoding kills the caller."""
+    n_mel = 128
+    enc = _Encoder("ultravox", modality="audio", extra_keys=(("clip.audio.num_mel_bins", n_mel),
+                                                              ("clip.audio.projector.stack_factor", stack_factor)))
+    w = _Weights(seed)
+    stacked, hidden = enc.n_embd * stack_factor, n_embd_text
+    writer, tmp = _open_mmproj(path, enc, n_embd_text)
+    _add_whisper_encoder(writer, w, enc, n_mel)
+    writer.add_tensor("mm.a.norm_pre.weight", w.norm(stacked))
+    writer.add_tensor("mm.a.mlp.1.weight", w.mat(2 * hidden, stacked, scale=0.1))  # halved by the SwiGLU
+    writer.add_tensor("mm.a.norm_mid.weight", w.norm(hidden))
+    writer.add_tensor("mm.a.mlp.2.weight", w.mat(n_embd_text, hidden, scale=0.5))
     return _finish(writer, tmp, path)
 
 
@@ -373,6 +404,8 @@ MTMD_MODEL_WRITERS: dict[str, tuple[TinyTextSpec, Callable[..., Path]]] = {
     "qwen2vl_merger": (TinyTextSpec(arch="qwen2vl", extra_tokens=("<|vision_start|>", "<|vision_end|>")),
                        write_qwen2vl_mmproj),
     "qwen2a": (TinyTextSpec(arch="qwen2", extra_tokens=("<|audio_bos|>", "<|audio_eos|>")), write_qwen2a_mmproj),
+    "ultravox": (TinyTextSpec(arch="llama"), write_ultravox_mmproj),
+    "ultravox-stack4": (TinyTextSpec(arch="llama"), functools.partial(write_ultravox_mmproj, stack_factor=4)),
 }
 
 
