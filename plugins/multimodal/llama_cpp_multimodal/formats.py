@@ -131,7 +131,38 @@ def _png(data: bytes) -> str | None:
     return None
 
 
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the frame header (SOFn), walking the segments before the first scan."""
+    at = 2
+    while at + 4 <= len(data):
+        if data[at] != 0xFF:
+            return None
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD7:  # no length field
+            at += 2
+        elif marker in (0xD9, 0xDA):  # the end, or a scan, before any frame header
+            return None
+        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if at + 9 > len(data):
+                return None
+            height, width = struct.unpack_from(">HH", data, at + 5)
+            return width, height
+        else:
+            length = struct.unpack_from(">H", data, at + 2)[0]
+            if length < 2:
+                return None
+            at += 2 + length
+    return None
+
+
 def _jpeg(data: bytes) -> str | None:
+    size = _jpeg_size(data)
+    if size is None:
+        return "no frame header before the image data"
+    if not size[0] or not size[1]:
+        return f"size {size[0]}x{size[1]}"
     return None if data.rfind(b"\xff\xd9") > 2 else "truncated (no end-of-image marker)"
 
 
@@ -185,14 +216,35 @@ def _mp3(data: bytes) -> str | None:
     return None
 
 
+def image_size(fmt: MediaFormat, data: bytes) -> tuple[int, int]:
+    """Width and height from the header of a PNG, JPEG, BMP or GIF that passed :func:`check_header`.
+
+    What stb_image will allocate for, whatever the file's size: a small file can declare a huge image.
+    """
+    if fmt.name == "png":
+        return struct.unpack_from(">II", data, 16)
+    if fmt.name == "gif":
+        return struct.unpack_from("<HH", data, 6)
+    if fmt.name == "jpeg":
+        return _jpeg_size(data)  # type: ignore[return-value]
+    width, height = struct.unpack_from("<HH" if struct.unpack_from("<I", data, 14)[0] == 12 else "<ii", data, 18)
+    return abs(width), abs(height)
+
+
+def check_pixels(width: int, height: int, max_pixels: int) -> None:
+    """Refuse an image with more pixels than ``max_pixels`` (a decompression bomb, or just too large)."""
+    if width * height > max_pixels:
+        raise MediaError(f"{width}x{height} pixels, more than MediaPolicy.max_pixels ({max_pixels})")
+
+
 _HEADER_CHECKS = {"png": _png, "jpeg": _jpeg, "gif": _gif, "bmp": _bmp, "wav": _wav, "flac": _flac, "mp3": _mp3}
 
 
-def convert_to_png(data: bytes, sniffed: MediaFormat | None) -> bytes:
+def convert_to_png(data: bytes, sniffed: MediaFormat | None, max_pixels: int) -> bytes:
     """An image mtmd cannot read (WebP, TIFF...) re-encoded as PNG with Pillow, the ``convert`` extra.
 
-    Only the first frame; RGBA if the image has transparency, else RGB. Pillow's decompression-bomb
-    warning is an error here: the input is untrusted.
+    Only the first frame; RGBA if the image has transparency, else RGB. The size is checked before the
+    pixels are decoded, and Pillow's own decompression-bomb warning is an error: the input is untrusted.
     """
     what = sniffed.name.upper() if sniffed else "this image format"
     try:
@@ -204,10 +256,13 @@ def convert_to_png(data: bytes, sniffed: MediaFormat | None) -> bytes:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=CONVERTIBLE_BY_PILLOW) as image:
+                check_pixels(*image.size, max_pixels)
                 image.load()
                 alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
                 out = io.BytesIO()
                 image.convert("RGBA" if alpha else "RGB").save(out, format="PNG")
+    except MediaError:
+        raise
     # a decoder fed untrusted bytes can fail in any way (OSError, SyntaxError, struct.error, bomb checks...);
     # every one of them means the same thing to the caller
     except Exception as exc:  # noqa: BLE001

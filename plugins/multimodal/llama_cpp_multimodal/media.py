@@ -14,7 +14,8 @@ import attrs
 
 from . import sources
 from .errors import MediaError
-from .formats import AUDIO, IMAGE, check_declared, check_header, convert_to_png, readable_by_mtmd, sniff
+from .formats import (AUDIO, IMAGE, check_declared, check_header, check_pixels, convert_to_png, image_size,
+                      readable_by_mtmd, sniff)
 from .policy import MediaPolicy
 
 #: Part type -> the kind of media it holds.
@@ -100,11 +101,11 @@ def _read_media(part_kind: str, value: Any, policy: MediaPolicy) -> MediaInput:
         data = bytes(value)
         if len(data) > policy.max_bytes:
             raise MediaError(f"{len(data)} bytes, more than MediaPolicy.max_bytes ({policy.max_bytes})")
-        return media_from_bytes(kind, sources.Loaded(data, "", f"{len(data)} bytes"))
+        return media_from_bytes(kind, sources.Loaded(data, "", f"{len(data)} bytes"), policy)
     if not isinstance(value, str) or not value:
         shapes = "a URL, a data: URI, a path or bytes" if part_kind in ("image", "audio") else "a URL string or {url}"
         raise MediaError(f"expected {shapes}, not {type(value).__name__}")
-    return media_from_bytes(kind, sources.load(value, policy))
+    return media_from_bytes(kind, sources.load(value, policy), policy)
 
 
 def _input_audio(value: Any, policy: MediaPolicy) -> MediaInput:
@@ -115,14 +116,17 @@ def _input_audio(value: Any, policy: MediaPolicy) -> MediaInput:
     if declared not in INPUT_AUDIO_FORMATS:
         raise MediaError(f"format {value.get('format')!r}; allowed: {', '.join(INPUT_AUDIO_FORMATS)}")
     loaded = sources.load_data_uri(f"data:;base64,{value['data']}", policy)
-    media = media_from_bytes(AUDIO, attrs.evolve(loaded, source=f"input_audio ({declared}, {len(loaded.data)} bytes)"))
+    loaded = attrs.evolve(loaded, source=f"input_audio ({declared}, {len(loaded.data)} bytes)")
+    media = media_from_bytes(AUDIO, loaded, policy)
     if media.format != declared:
         raise MediaError(f"declared as {declared}, but the bytes are {media.format.upper()}")
     return media
 
 
-def media_from_bytes(kind: str, loaded: sources.Loaded) -> MediaInput:
+def media_from_bytes(kind: str, loaded: sources.Loaded, policy: MediaPolicy = DEFAULT_POLICY) -> MediaInput:
     """Check that ``loaded`` holds media of ``kind`` that mtmd can read, converting images where needed."""
+    if not loaded.data:
+        raise MediaError(f"{loaded.source} is empty")
     fmt = sniff(loaded.data)
     if fmt is not None and fmt.kind != kind:
         raise MediaError(f"expected {kind}, but {loaded.source} is {fmt.kind} ({fmt.name.upper()})")
@@ -130,8 +134,11 @@ def media_from_bytes(kind: str, loaded: sources.Loaded) -> MediaInput:
         check_declared(loaded.media_type, fmt)
     if fmt is not None and fmt.mtmd_reads:
         check_header(fmt, loaded.data)
+        if kind == IMAGE:
+            check_pixels(*image_size(fmt, loaded.data), policy.max_pixels)
         return MediaInput(kind, loaded.data, fmt.name, loaded.source)
     if kind == AUDIO:
         what = fmt.name.upper() if fmt else "an unknown format"
         raise MediaError(f"{loaded.source} is {what}; audio must be {readable_by_mtmd(AUDIO)}")
-    return MediaInput(kind, convert_to_png(loaded.data, fmt), "png", f"{loaded.source}, converted to PNG")
+    png = convert_to_png(loaded.data, fmt, policy.max_pixels)
+    return MediaInput(kind, png, "png", f"{loaded.source}, converted to PNG")

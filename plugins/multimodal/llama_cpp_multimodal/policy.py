@@ -92,6 +92,7 @@ class MediaPolicy:
     allow_private_addresses: bool = False
     allow_local_files: bool = False
     max_bytes: int = attrs.field(default=20 * 1024 * 1024, validator=_positive)
+    max_pixels: int = attrs.field(default=1 << 26, validator=_positive)
     timeout: float = attrs.field(default=10.0, validator=_positive)
     max_redirects: int = attrs.field(default=5, validator=_not_negative)
     schemes: frozenset[str] = attrs.field(default=REMOTE_SCHEMES, converter=_lower_set, validator=_remote_schemes)

@@ -55,8 +55,6 @@ def load_data_uri(uri: str, policy: MediaPolicy) -> Loaded:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise MediaError(f"data: URI is not valid base64: {exc}") from None
-    if not data:
-        raise MediaError("data: URI is empty")
     media_type = params[0].lower() if len(params) > 1 else ""
     return Loaded(data, media_type, f"data: URI ({media_type or 'no media type'}, {len(data)} bytes)")
 
@@ -89,6 +87,4 @@ def load_file(path: str, policy: MediaPolicy) -> Loaded:
         raise MediaError(f"cannot read local file {path!r}: {exc}") from None
     if len(data) > policy.max_bytes:
         raise MediaError(f"{path!r} is larger than MediaPolicy.max_bytes ({policy.max_bytes} bytes)")
-    if not data:
-        raise MediaError(f"{path!r} is empty")
     return Loaded(data, "", f"file {str(resolved)!r}")

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
-from media_samples import MP3_FRAME, png_bytes, wav_bytes
+from media_samples import JPEG, MP3_FRAME, SAMPLES, png_bytes, wav_bytes
 from llama_cpp_multimodal import MediaError, sniff
-from llama_cpp_multimodal.formats import check_declared, check_header
+from llama_cpp_multimodal.formats import check_declared, check_header, image_size
 
 
 @pytest.mark.parametrize(("sample", "name", "kind", "mtmd_reads"), [
@@ -35,7 +35,10 @@ def _corrupt(name: str) -> bytes:
         "png-truncated": png[:40],
         "png-no-ihdr": png[:8] + b"\x00" * 40,
         "png-bad-crc": png[:29] + b"\x00\x00\x00\x00" + png[33:],
-        "jpeg-truncated": b"\xff\xd8\xff\xe0" + b"\x00" * 30,
+        "jpeg-no-frame": b"\xff\xd8\xff\xe0" + b"\x00" * 30,
+        "jpeg-scan-first": JPEG[:20] + JPEG[39:],
+        "jpeg-zero-size": JPEG[:25] + b"\x00\x00" + JPEG[27:],
+        "jpeg-truncated": JPEG[:-2],
         "gif-truncated": b"GIF89a\x01",
         "bmp-offset": b"BM" + struct.pack("<IHHI", 60, 0, 0, 5000) + struct.pack("<IiiHH", 40, 1, 1, 1, 24) + b"\x00" * 40,
         "wav-no-fmt": b"RIFF\x10\x00\x00\x00WAVEdata\x04\x00\x00\x00\x00\x00\x00\x00",
@@ -47,7 +50,8 @@ def _corrupt(name: str) -> bytes:
     }[name]
 
 
-@pytest.mark.parametrize("name", ["png-truncated", "png-no-ihdr", "png-bad-crc", "jpeg-truncated", "gif-truncated",
+@pytest.mark.parametrize("name", ["png-truncated", "png-no-ihdr", "png-bad-crc", "jpeg-no-frame",
+                                  "jpeg-scan-first", "jpeg-zero-size", "jpeg-truncated", "gif-truncated",
                                   "bmp-offset", "wav-no-fmt", "wav-zero-channels", "wav-short-fmt", "wav-no-data",
                                   "flac-no-streaminfo", "mp3-id3-no-frame"])
 def test_corrupt_headers_are_refused(name: str) -> None:
@@ -83,3 +87,9 @@ def test_mp3_frame_sync_needs_a_valid_header() -> None:
     assert sniff(MP3_FRAME) is not None
     assert sniff(b"\xff\xf8" + MP3_FRAME[2:]) is None  # reserved layer
     assert sniff(b"\xff\xeb" + MP3_FRAME[2:]) is None  # reserved MPEG version
+
+
+@pytest.mark.parametrize(("sample", "size"), [("png", (1, 1)), ("jpeg", (3, 2)), ("gif", (1, 1)), ("bmp", (1, 1))])
+def test_image_size_from_the_header(sample: str, size: tuple[int, int]) -> None:
+    data = SAMPLES[sample]
+    assert image_size(sniff(data), data) == size  # type: ignore[arg-type]

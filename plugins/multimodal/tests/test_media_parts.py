@@ -6,6 +6,8 @@ import base64
 import hashlib
 import io
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,12 @@ from media_samples import SAMPLES
 from llama_cpp_multimodal import MediaError, MediaInput, MediaPolicy, parse_content, parse_part
 
 PNG, WAV = SAMPLES["png"], SAMPLES["wav"]
+
+
+def huge_png() -> bytes:
+    """A small file that declares a 100000 x 100000 image: a decompression bomb for stb_image."""
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    return PNG[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + PNG[33:]
 LOCAL = MediaPolicy(allow_local_files=True)
 
 
@@ -63,6 +71,9 @@ def test_content_keeps_text_and_media_in_order_and_same_bytes_share_an_id() -> N
     ({"type": "audio", "audio": PNG}, r"content part 1 \(audio\): expected audio, but .* is image \(PNG\)"),
     ({"type": "audio", "audio": SAMPLES["ogg"]}, r"content part 1 \(audio\): .* is OGG; audio must be WAV, MP3, FLAC"),
     ({"type": "audio", "audio": b"garbage!"}, r"content part 1 \(audio\): .* is an unknown format"),
+    ({"type": "image", "image": b""}, r"content part 1 \(image\): 0 bytes is empty"),
+    ({"type": "image", "image": huge_png()}, r"content part 1 \(image\): 100000x100000 pixels, more than "
+                                             r"MediaPolicy.max_pixels \(67108864\)"),
     ({"type": "image", "image": PNG[:40]}, r"content part 1 \(image\): corrupt PNG: truncated"),
     ({"type": "audio", "audio": WAV[:22] + b"\x00\x00" + WAV[24:]}, r"content part 1 \(audio\): corrupt WAV"),
     ({"type": "input_audio", "input_audio": {"data": base64.b64encode(WAV).decode(), "format": "ogg"}},
@@ -146,6 +157,11 @@ def _image(fmt: str, mode: str = "RGB") -> bytes:
     return out.getvalue()
 
 
+def test_converted_images_are_size_checked_before_decoding() -> None:
+    with pytest.raises(MediaError, match=r"3x2 pixels, more than MediaPolicy.max_pixels \(5\)"):
+        parse_part({"image": _image("WEBP")}, 0, MediaPolicy(max_pixels=5))
+
+
 @pytest.mark.parametrize(("fmt", "mode"), [("WEBP", "RGB"), ("WEBP", "RGBA"), ("TIFF", "RGB")])
 def test_images_mtmd_cannot_read_are_converted_to_png(fmt: str, mode: str) -> None:
     from PIL import Image
@@ -173,3 +189,24 @@ def test_without_pillow_conversion_says_which_extra_to_install(monkeypatch: pyte
     with pytest.raises(MediaError, match=r"WEBP is not read by mtmd \(PNG, JPEG, BMP, GIF\); .*"
                                          r"llama-cpp-multimodal\[convert\]"):
         parse_part({"image": SAMPLES["webp"]}, 0)
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("PNG", "png"), ("JPEG", "jpeg"), ("BMP", "bmp"), ("GIF", "gif")])
+def test_files_written_by_pillow_pass_as_they_are(fmt: str, name: str) -> None:
+    data = _image(fmt)
+    media = parse_part({"image": data}, 0)
+    assert isinstance(media, MediaInput) and (media.format, media.data) == (name, data)
+
+
+def test_a_wav_written_by_the_standard_library_passes() -> None:
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(2)
+        writer.setsampwidth(2)
+        writer.setframerate(16000)
+        writer.writeframes(b"\x00\x01" * 64)
+    media = parse_part({"type": "input_audio", "input_audio": {"data": base64.b64encode(out.getvalue()).decode(),
+                                                               "format": "wav"}}, 0)
+    assert isinstance(media, MediaInput) and media.format == "wav"
