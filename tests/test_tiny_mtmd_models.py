@@ -230,3 +230,20 @@ def test_ultravox_stacked_by_8_aborts_llama_cpp_when_encoding(tiny_mtmd_model: C
                            "--temp", "0", "--jinja", "--no-warmup"], capture_output=True, timeout=120)
     assert proc.returncode in (-signal.SIGABRT, 128 + signal.SIGABRT)
     assert b"expected output 187 tokens, got 188" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["qwen2vl_merger", "idefics3", "qwen2a"])
+def test_llama_mtmd_cli_with_several_media_equals_the_replay(
+        tiny_mtmd_model: Callable[[str], tuple[Path, Path]], tiny_png: Callable[..., Path],
+        tiny_wav: Callable[..., Path], name: str) -> None:
+    """Two images of different shapes (M-RoPE grids 4x4 and 3x5; 2x2 tiles each for idefics3), or 31 s of
+    audio (two 30 s chunks in a row, which llama-mtmd-cli encodes in one mtmd batch and the replay one
+    chunk at a time)."""
+    if name == "qwen2a":
+        media, prompt = [tiny_wav(31.0)], "Hear <__media__> now"
+    else:
+        media, prompt = [tiny_png(64, 64, seed=1), tiny_png(48, 80, seed=2)], "A <__media__> B <__media__> C"
+    paths = tiny_mtmd_model(name)
+    with open_pair(paths) as pair, tokenized(pair, prompt, media) as chunks:
+        replayed = b"".join(pair.piece(t) for t in greedy_replay(pair, chunks, 8))
+    assert llama_mtmd_cli(*paths, media, prompt, 8) == replayed
