@@ -102,7 +102,9 @@ def _read_media(part_kind: str, value: Any, policy: MediaPolicy) -> MediaInput:
         if len(data) > policy.max_bytes:
             raise MediaError(f"{len(data)} bytes, more than MediaPolicy.max_bytes ({policy.max_bytes})")
         return media_from_bytes(kind, sources.Loaded(data, "", f"{len(data)} bytes"), policy)
-    if not isinstance(value, str) or not value:
+    if value == "":
+        raise MediaError("the URL is empty")
+    if not isinstance(value, str):
         shapes = "a URL, a data: URI, a path or bytes" if part_kind in ("image", "audio") else "a URL string or {url}"
         raise MediaError(f"expected {shapes}, not {type(value).__name__}")
     return media_from_bytes(kind, sources.load(value, policy), policy)

@@ -133,9 +133,10 @@ def _get(url: str, policy: MediaPolicy, deadline: float) -> bytes | str:
 
     def watchdog() -> None:
         expired.set()
-        if conn.sock is not None:
+        sock = conn.sock  # read once: the request thread may be closing it
+        if sock is not None:
             try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv; the request thread sees the error
             except OSError:
                 pass
 

@@ -67,6 +67,7 @@ def test_content_keeps_text_and_media_in_order_and_same_bytes_share_an_id() -> N
     ({"type": "text", "text": 3}, r"content part 1 \(text\): expected a string"),
     ({"type": "image_url", "image_url": PNG}, r"content part 1 \(image_url\): expected a URL string or \{url\}, not bytes"),
     ({"type": "image", "image": 3}, r"content part 1 \(image\): expected a URL, a data: URI, a path or bytes"),
+    ({"type": "image_url", "image_url": {"url": ""}}, r"content part 1 \(image_url\): the URL is empty"),
     ({"type": "image", "image": WAV}, r"content part 1 \(image\): expected image, but .* is audio \(WAV\)"),
     ({"type": "audio", "audio": PNG}, r"content part 1 \(audio\): expected audio, but .* is image \(PNG\)"),
     ({"type": "audio", "audio": SAMPLES["ogg"]}, r"content part 1 \(audio\): .* is OGG; audio must be WAV, MP3, FLAC"),
