@@ -54,14 +54,20 @@ def resolve_host(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    # a switch that guards a door: "false" read from a config file must not open it
+    if not isinstance(value, bool):
+        raise ValueError(f"MediaPolicy.{attribute.name} must be True or False, not {value!r}")
+
+
 def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"MediaPolicy.{attribute.name} must be positive, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"MediaPolicy.{attribute.name} must be a positive number, not {value!r}")
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"MediaPolicy.{attribute.name} must be 0 or more, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"MediaPolicy.{attribute.name} must be a whole number, 0 or more, not {value!r}")
 
 
 def _lower_set(value: Sequence[str]) -> frozenset[str]:
@@ -88,9 +94,9 @@ class MediaPolicy:
     treat a loopback server as public, without turning the whole check off.
     """
 
-    allow_remote: bool = True
-    allow_private_addresses: bool = False
-    allow_local_files: bool = False
+    allow_remote: bool = attrs.field(default=True, validator=_flag)
+    allow_private_addresses: bool = attrs.field(default=False, validator=_flag)
+    allow_local_files: bool = attrs.field(default=False, validator=_flag)
     max_bytes: int = attrs.field(default=20 * 1024 * 1024, validator=_positive)
     max_pixels: int = attrs.field(default=1 << 26, validator=_positive)
     timeout: float = attrs.field(default=10.0, validator=_positive)

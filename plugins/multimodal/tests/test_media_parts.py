@@ -143,9 +143,10 @@ def test_local_file_failures(tmp_path: Path) -> None:
 
 
 def test_policy_validates_its_fields() -> None:
-    for kwargs, message in (({"max_bytes": 0}, "max_bytes must be positive"), ({"timeout": -1}, "timeout must be"),
-                            ({"max_redirects": -1}, "max_redirects must be 0 or more"),
-                            ({"schemes": ["http", "ftp"]}, r"schemes: \['ftp'\] not supported")):
+    for kwargs, message in (({"max_bytes": 0}, "max_bytes must be a positive number, not 0"), ({"max_pixels": "9"}, "max_pixels"), ({"timeout": -1}, "timeout must be"),
+                            ({"max_redirects": -1}, "max_redirects must be a whole number, 0 or more"),
+                            ({"schemes": ["http", "ftp"]}, r"schemes: \['ftp'\] not supported"),
+                            ({"allow_local_files": "false"}, r"allow_local_files must be True or False, not 'false'")):
         with pytest.raises(ValueError, match=message):
             MediaPolicy(**kwargs)
     assert MediaPolicy(schemes="HTTPS").schemes == {"https"}
