@@ -174,6 +174,10 @@ def test_pair_loads_with_its_capabilities(tiny_mtmd_model: Callable[[str], tuple
         vision, audio = CAPABILITIES.get(name, (True, False))
         assert (M.mtmd_support_vision(pair.mctx), M.mtmd_support_audio(pair.mctx)) == (vision, audio)
         assert M.mtmd_decode_use_mrope(pair.mctx) == (name == "qwen2vl_merger")
+        # Gemma 3 attends over an image's tokens both ways (mtmd_helper_decode_image_chunk switches the
+        # llama context to non-causal attention for that chunk)
+        assert M.mtmd_decode_use_non_causal(pair.mctx, ffi.NULL) == (name == "gemma3")
+        assert M.mtmd_get_audio_sample_rate(pair.mctx) == (16000 if audio else -1)
 
 
 @pytest.mark.parametrize("name", list(CASES))
