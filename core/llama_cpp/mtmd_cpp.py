@@ -22,8 +22,9 @@ _C_NAMES: list[str] = [name for name in dir(lib) if name.startswith(("mtmd_", "M
 globals().update({name: getattr(lib, name) for name in _C_NAMES})
 
 # mtmd's enums, as the IntEnum classes that llama_cpp.llama_cpp builds for every enum of the headers
-_ENUM_NAMES: list[str] = [name for name in _llama_cpp._ENUM_CLASSES if name.startswith("mtmd_")]
-globals().update({name: _llama_cpp._ENUM_CLASSES[name] for name in _ENUM_NAMES})
+_ENUM_NAMES: list[str] = [name for name in _llama_cpp.__all__
+                          if name.startswith("mtmd_") and isinstance(getattr(_llama_cpp, name), type)]
+globals().update({name: getattr(_llama_cpp, name) for name in _ENUM_NAMES})
 
 
 def default_marker() -> str:
