@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from .engine.checkpoints import HybridCheckpointCache
 from .engine.ledger import lookup_by_protocol
-from .plugins import get_host
+from .plugins import seed_exports
 
 __all__ = ["BaseLlamaCache", "HybridCheckpointCache"]
 
@@ -67,10 +67,5 @@ class BaseLlamaCache(abc.ABC):
         return lookup_by_protocol(self, tokens, adapters, origin)
 
 
-def __getattr__(name: str) -> Any:
-    """Seed names implemented by plugins (``LlamaRAMCache``, ``LlamaTrieCache``, ``LlamaCache``...)."""
-    try:
-        return get_host().exported("__llama_cache_exports__", name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-caches plugin "
-                             "installed?)") from None
+# Seed names implemented by plugins (``LlamaRAMCache``, ``LlamaTrieCache``, ``LlamaCache``...).
+__getattr__ = seed_exports(__name__, "__llama_cache_exports__", "llama-cpp-caches")

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import attrs
 
-from .plugins import ChatFormat, get_host
+from .plugins import ChatFormat, get_host, seed_exports
 
 
 class LlamaChatCompletionHandlerNotFoundException(Exception):
@@ -184,10 +184,5 @@ def chunks_to_chat_chunks(chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str
             yield final
 
 
-def __getattr__(name: str) -> Any:
-    """Seed names implemented by plugins (``Jinja2ChatFormatter``, ``format_chatml``...)."""
-    try:
-        return get_host().exported("__llama_chat_format_exports__", name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-chat-formats plugin "
-                             "installed?)") from None
+# Seed names implemented by plugins (``Jinja2ChatFormatter``, ``format_chatml``...).
+__getattr__ = seed_exports(__name__, "__llama_chat_format_exports__", "llama-cpp-chat-formats")

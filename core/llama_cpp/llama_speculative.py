@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .engine.step import DecodedBatch
-from .plugins import SpeculativeEngine, get_host
+from .plugins import SpeculativeEngine, get_host, seed_exports
 
 if TYPE_CHECKING:
     from .engine.model import Model
@@ -501,10 +501,5 @@ def create_native_spec_engine(config: SpecConfig, *, target_model: Model, target
     return engine
 
 
-def __getattr__(name: str) -> Any:
-    """Seed names implemented by plugins (``LlamaNGramMapDecoding``, ``LlamaMTPDecoding``...)."""
-    try:
-        return get_host().exported("__llama_speculative_exports__", name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r} (is the llama-cpp-speculative plugin "
-                             "installed?)") from None
+# Seed names implemented by plugins (``LlamaNGramMapDecoding``, ``LlamaMTPDecoding``...).
+__getattr__ = seed_exports(__name__, "__llama_speculative_exports__", "llama-cpp-speculative")

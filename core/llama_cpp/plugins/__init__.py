@@ -1,7 +1,7 @@
 """The plugin host of llama_cpp (pluggy project and entry-point group ``llama_cpp``)."""
 
 from .hookspecs import hookimpl, hookspec
-from .host import PluginHost, PluginInfo, get_host
+from .host import PluginHost, PluginInfo, get_host, seed_exports
 from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "get_host",
     "hookimpl",
     "hookspec",
+    "seed_exports",
 ]

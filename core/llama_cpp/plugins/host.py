@@ -19,7 +19,7 @@ import os
 import threading
 import warnings
 from importlib import metadata
-from typing import Any, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import attrs
 import pluggy
@@ -182,6 +182,20 @@ class PluginHost:
                 if exported and name in exported:
                     return getattr(plugin, name)
         raise AttributeError(name)
+
+
+def seed_exports(module: str, marker: str, distribution: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for seed names a plugin implements: ``name`` from the plugin whose
+    ``marker`` set lists it, else an AttributeError that says which distribution provides them."""
+
+    def __getattr__(name: str) -> Any:
+        try:
+            return get_host().exported(marker, name)
+        except AttributeError:
+            raise AttributeError(f"module {module!r} has no attribute {name!r} (is the {distribution} plugin "
+                                 "installed?)") from None
+
+    return __getattr__
 
 
 _host: PluginHost | None = None
