@@ -279,10 +279,11 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
                                   lib.llama_model_n_layer(self._model.ptr), quiet=not verbose)
         model_ptr = self._model.ptr
         recurrent = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
-        if lib.llama_model_n_swa(model_ptr) == 0:
+        windowed = lib.llama_model_n_swa(model_ptr) > 0
+        if not windowed:
             cparams.swa_full = False  # no window: nothing to keep full size (the seed does the same)
         # a memory that cannot always drop a suffix: recurrent state, or a window that prunes old cells
-        self.is_hybrid = recurrent or (lib.llama_model_n_swa(model_ptr) > 0 and not cparams.swa_full)
+        self.is_hybrid = recurrent or (windowed and not cparams.swa_full)
         self.ctx_checkpoints = P.check_int("ctx_checkpoints", ctx_checkpoints, 0)
         self.checkpoint_interval = P.check_int("checkpoint_interval", checkpoint_interval, 1)
         self.checkpoint_on_device = bool(checkpoint_on_device)
