@@ -15,6 +15,7 @@ import attrs
 
 from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, chat_template_names,
                                 get_chat_completion_handler)
+from .plugins import MultimodalHandler, get_host
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -39,6 +40,28 @@ def named_template_format(metadata: Mapping[str, str], name: str, chat_format: s
         raise ValueError(f"chat_template_name={name!r}: the model has no chat template of that name; "
                          f"it has: {', '.join(names) or 'none'}")
     return f"{GGUF_TEMPLATE_FORMAT}.{name}"
+
+
+def multimodal_handler(mmproj_path: str, chat_format: str | None, chat_template_name: str | None,
+                       options: Mapping[str, Any], verbose: bool) -> Any:
+    """The handler ``Llama(model, mmproj_path=...)`` makes: the multimodal handler registered as
+    ``chat_format`` (a family: ``qwen2.5-vl``, ``gemma3``...), else ``generic``, which renders the model's
+    own template (``chat_template_name`` picks a named one; ``chat_format`` in ``options`` is an explicit
+    Jinja template).  ``options`` are ``chat_handler_kwargs``."""
+    records = get_host().records(MultimodalHandler)
+    if not records:
+        raise ValueError("mmproj_path needs a multimodal handler plugin, and none is installed "
+                         "(pip install llama-cpp-multimodal)")
+    if chat_format is not None and chat_format not in records:
+        raise ValueError(f"chat_format={chat_format!r} with mmproj_path: not a multimodal handler; valid names: "
+                         f"{', '.join(sorted(records))} (or leave chat_format out to use the model's template)")
+    kwargs = {"verbose": verbose, **options, "mmproj_path": str(mmproj_path)}
+    if chat_format is None or chat_format == "generic":
+        return records["generic"].factory(chat_template_name=chat_template_name, **kwargs)
+    if chat_template_name is not None:
+        raise ValueError(f"chat_template_name picks one of the model's templates; the {chat_format!r} handler "
+                         "renders with its own (leave chat_format out to use the model's templates)")
+    return records[chat_format].factory(**kwargs)
 
 
 class ChatAPI:

@@ -18,6 +18,7 @@ from llama_cpp_native import lib
 
 from ._text import StopScanner
 from .engine import Request, TokenEvent
+from .engine.media import MediaPrompt
 from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
 from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
@@ -34,6 +35,12 @@ class _Prompt:
     tokens: list[int]
     text: str
     trailing_suffix: str  # a suffix for a model without fill-in-the-middle tokens is appended to the text
+    media: MediaPrompt | None = None  # a multimodal handler's prompt: ``tokens`` has its media entries
+
+    @property
+    def n_tokens(self) -> int:
+        """What the prompt costs (``usage.prompt_tokens``): media count their embeddings."""
+        return self.media.n_tokens if self.media is not None else len(self.tokens)
 
 
 class _Choice:
@@ -197,6 +204,8 @@ class CompletionAPI:
         """
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
             raise ValueError(f"logprobs must be a non-negative integer (the number of top tokens), got {logprobs!r}")
+        if echo and logprobs is not None and isinstance(prompt, MediaPrompt):
+            raise ValueError("echo with logprobs needs a prompt of tokens; media chunks have no token logprobs")
         params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))
         adapters = self._adapter_request(active_loras, control_vector)
         prompts = prompt_list(prompt)
@@ -213,17 +222,23 @@ class CompletionAPI:
                 request = self._request(
                     item.tokens, attrs.evolve(params, seed=seed_j), adapters, max_tokens=budget,
                     logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
-                    keep_prompt_logits=echo and logprobs is not None, fork_of=leader)
+                    keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
+                    media=item.media.media if item.media is not None else {})
                 leader = leader or request
                 choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
-        n_prompt = sum(len(item.tokens) for item in normalised)  # each prompt counts once, whatever n is
+        n_prompt = sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is
         chunks = self._completion_chunks(choices, model or self.model_path, n_prompt)
         if stream:
             return chunks
         return _merge_chunks(list(chunks))
 
-    def _prompt(self: Llama, prompt: str | list[int], suffix: str | None) -> _Prompt:
+    def _prompt(self: Llama, prompt: str | list[int] | MediaPrompt, suffix: str | None) -> _Prompt:
         """A prompt's tokens: BOS as the vocabulary wants it, infill when a suffix is given."""
+        if isinstance(prompt, MediaPrompt):
+            if suffix is not None:
+                raise ValueError("suffix needs a text prompt, not a prompt with media")
+            self._token_list([t for t in prompt.tokens if t >= 0])  # the text tokens are checked as usual
+            return _Prompt(list(prompt.tokens), prompt.text, "", prompt)
         if isinstance(prompt, str):
             infill = self._infill_tokens(prompt, suffix) if suffix is not None else None
             if infill is not None:

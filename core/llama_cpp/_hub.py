@@ -63,13 +63,23 @@ def from_pretrained(
     (``cache_dir``) or to ``local_dir``.  ``local_dir_use_symlinks`` is passed on
     only to the huggingface_hub versions that still accept it.
     """
+    paths = hub_download(repo_id, filename, additional_files, local_dir=local_dir,
+                         local_dir_use_symlinks=local_dir_use_symlinks, cache_dir=cache_dir)
+    return cls(model_path=paths[0], **kwargs)
+
+
+def hub_download(repo_id: str, filename: str, additional_files: list[str] | None = None, *,
+                 local_dir: str | None = None, local_dir_use_symlinks: bool | str = "auto",
+                 cache_dir: str | None = None) -> list[str]:
+    """The local paths of the file of ``repo_id`` matching the glob ``filename`` (every shard of a split
+    model) and of ``additional_files``, downloaded as ``from_pretrained`` says (also for plugins' own
+    ``from_pretrained``, such as the multimodal handlers')."""
     hf_hub_download = _import_hf_hub_download()
     repo = _list_repo_files(repo_id, local_dir=local_dir, cache_dir=cache_dir)
     wanted = shard_set(match_one(repo_id, filename, repo.names), repo.names)
     wanted += [match_one(repo_id, pattern, repo.names) for pattern in additional_files or []]
     options = _download_options(hf_hub_download, local_dir, local_dir_use_symlinks, cache_dir, repo.local_only)
-    paths = [hf_hub_download(repo_id=repo_id, filename=name, **options) for name in wanted]
-    return cls(model_path=paths[0], **kwargs)
+    return [hf_hub_download(repo_id=repo_id, filename=name, **options) for name in wanted]
 
 
 def _import_hf_hub_download() -> Any:

@@ -14,7 +14,7 @@ from llama_cpp_native import ffi, lib
 from . import _compose, _hub, _logger, _speculation, state_file
 from . import _params as P
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
-from ._chat import ChatAPI, named_template_format
+from ._chat import ChatAPI, multimodal_handler, named_template_format
 from ._completion import CompletionAPI
 from ._embedding import EmbeddingAPI, check_embedding_context
 from .plugins import get_host
@@ -149,10 +149,8 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         log_filters_case_sensitive: bool = True,
         **legacy: Any,
     ) -> None:
-        if mmproj_path is not None:
-            raise ValueError("mmproj_path: multimodal models need a multimodal handler, and none is available in "
-                             "this version of llama_cpp")
         self._closed = True  # until fully constructed, close() has nothing to free
+        self._owned_handler: Any = None  # the multimodal handler mmproj_path made: closed with this Llama
         self._model: Model | None = None
         self._ctx: Context | None = None
         self._scheduler: Scheduler | None = None
@@ -312,12 +310,18 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self.tokenizer_ = tokenizer
         self.chat_template_name = chat_template_name
         self.chat_handler_kwargs = dict(chat_handler_kwargs or {})
-        if self.chat_handler_kwargs:  # mmproj_path was refused above: there is no handler to pass them to
+        self.mmproj_path = None if mmproj_path is None else str(mmproj_path)
+        if mmproj_path is not None:  # the handler chooses its template (chat_format names the family)
+            if chat_handler is not None:
+                raise ValueError("mmproj_path and chat_handler both bring a multimodal handler; pass one of them")
+            self.chat_handler = self._owned_handler = multimodal_handler(
+                mmproj_path, chat_format, chat_template_name, self.chat_handler_kwargs, verbose)
+        elif self.chat_handler_kwargs:
             warnings.warn("chat_handler_kwargs are passed to the multimodal handler that mmproj_path creates; "
                           "without mmproj_path they are not used", UserWarning, stacklevel=2)
-        if chat_template_name is not None:
+        if mmproj_path is None and chat_template_name is not None:
             self.chat_format = named_template_format(self.metadata, chat_template_name, chat_format)
-        elif self.chat_format is None:  # a plugin for this model family may claim its format
+        elif mmproj_path is None and self.chat_format is None:  # a plugin for this family may claim its format
             self.chat_format = get_host().hook().llama_cpp_chat_format_from_metadata(metadata=dict(self.metadata))
         if legacy.get("lora_path"):
             # the constructor's adapter is the default of every request that names none
@@ -387,7 +391,14 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
 
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:
-        """Free the context, the adapters and the model (idempotent)."""
+        """Free the context, the adapters and the model (idempotent); a multimodal handler made by
+        ``mmproj_path`` is closed, one passed in only lets go of what it made for this model."""
+        if not self._closed:
+            handler = self.chat_handler
+            if handler is not None and handler is self._owned_handler:
+                handler.close()
+            elif callable(getattr(handler, "release", None)):
+                handler.release(self)
         self._closed = True
         if self._spec_step is not None:  # its draft context refers to ours: it goes first
             self._spec_step.close()

@@ -1,7 +1,8 @@
 """The ledger of one sequence: what its part of llama.cpp's memory holds.
 
 A sequence's memory holds the tokens at positions ``0..n-1`` (a media chunk
-will later hold several positions), evaluated under one set of adapters.
+holds several positions, written as media entries: :mod:`.media`), evaluated
+under one set of adapters.
 The ledger mirrors that exactly, so that a new request can reuse the longest
 common prefix, a context shift can drop the middle, and a snapshot of one
 sequence can be taken and put back (the contract of the prompt caches).
@@ -18,6 +19,7 @@ from .._adapters import NO_ADAPTERS, AdapterKey
 from .checkpoints import Checkpoint, checkpoint_flags, reachable
 from .prefix import common_prefix
 from .context import Context
+from .media import chunk_boundary, is_continuation
 from .origin import ForeignStateError, StateOrigin
 
 
@@ -157,7 +159,8 @@ class Ledger:
         """Make room for ``incoming`` tokens: discard old ones after the first ``n_keep``.
 
         Discards ``max(needed, (n - keep) // 2)`` tokens (llama.cpp's rule),
-        keeping ``min(n_keep, n - needed)`` so that something is discarded.
+        keeping ``min(n_keep, n - needed)`` so that something is discarded;
+        both ends move outwards to media chunk boundaries.
         """
         if not ctx.can_shift():
             raise RuntimeError(
@@ -165,8 +168,11 @@ class Ledger:
                 "and this model's memory cannot shift; increase n_ctx")
         n_past = len(self.tokens)
         required = n_past + incoming - ctx.n_ctx_seq
-        keep = min(n_keep, n_past - required)
-        discard = max(required, (n_past - keep) // 2)
+        keep = chunk_boundary(self.tokens, min(n_keep, n_past - required))
+        end = keep + max(required, (n_past - keep) // 2)
+        while end < n_past and is_continuation(self.tokens[end]):  # a media chunk goes whole or stays
+            end += 1
+        discard = end - keep
         ctx.seq_rm(self.seq_id, keep, keep + discard)
         ctx.seq_shift(self.seq_id, keep + discard, -discard)
         self.checkpoints = []  # states of positions that moved

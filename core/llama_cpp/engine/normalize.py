@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Sequence
 
+from .media import MediaPrompt
 
 
 def stop_list(stop: str | Sequence[str] | None) -> list[str]:
@@ -38,10 +39,11 @@ def text_prompt_tokens(llama: Any, text: str, *, starts_with_bos: bool = False) 
 def prompt_list(prompt: Any) -> list[str | list[int]]:
     """The prompts of a completion request.
 
-    A prompt is a string or a list of token ids; OpenAI's completions API
+    A prompt is a string or a list of token ids (or a multimodal handler's
+    :class:`~llama_cpp.engine.media.MediaPrompt`); OpenAI's completions API
     also takes a list of strings or a list of token lists.
     """
-    if isinstance(prompt, str):
+    if isinstance(prompt, (str, MediaPrompt)):
         return [prompt]
     if isinstance(prompt, (bytes, bytearray)):
         raise ValueError("prompt must be text (str) or token ids, not bytes; decode it first")

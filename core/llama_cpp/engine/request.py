@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import attrs
 import numpy as np
 
 from .._adapters import NO_ADAPTERS, AdapterKey
 from ..sampling import SamplingParams
+from .media import MediaChunk
 
 
 class TokenEvent(NamedTuple):
@@ -49,7 +50,10 @@ class Request:
     ``continues`` asks for no prefix matching: the prompt is evaluated after
     what the sequence ``seq_hint`` already holds (``generate(reset=False)``).
     ``fork_of`` is the first of the ``n`` choices of one prompt: this one
-    copies its evaluated prompt instead of evaluating it again.
+    copies its evaluated prompt instead of evaluating it again.  ``media``
+    holds the prompt's media chunks by the position they start at (the
+    prompt has their entries there, :mod:`.media`); the scheduler evaluates
+    each one when the prefill reaches it.
     """
 
     prompt: list[int]
@@ -66,6 +70,7 @@ class Request:
     continues: bool = False
     seq_hint: int | None = None
     fork_of: Request | None = None
+    media: Mapping[int, MediaChunk] = attrs.field(factory=dict)
     # filled in by the engine
     state: str = RequestState.WAITING
     seq_id: int | None = None

@@ -35,6 +35,7 @@ from .._adapters import Adapters
 from .context import DECODE_ABORTED, Context
 from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
+from .media import media_entries, text_only
 from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
@@ -112,11 +113,14 @@ class Scheduler:
         self.n_tokens_decoded = 0  # batch rows decoded
         self.n_prompt_tokens = 0  # prompt tokens evaluated (not reused from a prefix or a fork)
         self.n_generated_tokens = 0  # tokens handed to requests
+        self.n_media_evaluated = 0  # media chunks put into memory (not reused from a prefix)
 
     # -- the callers' side ------------------------------------------------------------------
     def submit(self, request: Request) -> None:
         """Queue ``request``; RuntimeError if it could only ever wait on its own thread's streams."""
         limit = self.ctx.n_ctx_seq
+        if request.media and request.continues:
+            raise ValueError("a prompt with media starts a sequence of its own: it cannot continue another")
         if len(request.prompt) >= limit and not request.continues:
             raise ValueError(f"the prompt has {len(request.prompt)} tokens, more than fit in the context window "
                              f"of {limit} tokens per sequence (n_ctx {self.ctx.n_ctx}, n_seq_max "
@@ -279,13 +283,8 @@ class Scheduler:
         rows = self._fill_batch(plan)
         if not rows:
             return False
-        first = rows[0][0].request
         try:
-            key = first.adapter_key  # type: ignore[union-attr]
-            if (key, self.adapters.applied) != self._applied:  # compared by identity first: cheap per tick
-                if key != self.adapters.applied:
-                    self.adapters.apply(ctx.ptr, *first.adapters)  # type: ignore[union-attr]
-                self._applied = (key, self.adapters.applied)
+            self._use_adapters(rows[0][0].request)  # type: ignore[arg-type]
             t0 = time.perf_counter() if self._observes else 0.0
             rc = ctx.decode()
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
@@ -334,6 +333,40 @@ class Scheduler:
                     self._release(slot)
             if self._waiters:
                 self._changed.notify_all()
+        return True
+
+    def _use_adapters(self, request: Request) -> None:
+        """Set ``request``'s adapters on the context, unless they are set already."""
+        key = request.adapter_key
+        if (key, self.adapters.applied) != self._applied:  # compared by identity first: cheap per tick
+            if key != self.adapters.applied:
+                self.adapters.apply(self.ctx.ptr, *request.adapters)
+            self._applied = (key, self.adapters.applied)
+
+    def _evaluate_media(self, slot: Slot) -> bool:
+        """Put the media chunks at the slot's prefill point into memory (mtmd decodes each itself, outside
+        the batch); False if that failed and the request ended with the error."""
+        request, ledger = slot.request, slot.ledger
+        media = request.media  # type: ignore[union-attr]
+        while slot.prefill_at in media:
+            chunk = media[slot.prefill_at]
+            try:
+                if len(ledger) + chunk.n_pos > self.ctx.n_ctx_seq:
+                    self._make_room(slot, chunk.n_pos)
+                self._use_adapters(request)  # type: ignore[arg-type]
+                chunk.evaluate(self.ctx, len(ledger), slot.seq_id)
+            except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
+                self.ctx.seq_rm(slot.seq_id, len(ledger), -1)
+                with self._mutex:
+                    request.finish("error", exc)  # type: ignore[union-attr]
+                    self._release(slot)
+                return False
+            ledger.note_adapters(request.adapter_key)  # type: ignore[union-attr]
+            ledger.tokens.extend(media_entries(chunk.key, chunk.n_pos))
+            slot.prefill_at += chunk.n_pos
+            request.n_prompt_evaluated += chunk.n_pos  # type: ignore[union-attr]
+            self.n_prompt_tokens += chunk.n_tokens
+            self.n_media_evaluated += 1
         return True
 
     def _show_batch(self, rows: list[tuple[Slot, list[int], list[int], bool]], seconds: float) -> None:
@@ -397,7 +430,11 @@ class Scheduler:
             prefill = request.state == RequestState.PREFILL  # type: ignore[union-attr]
             if prefill:
                 prompt = request.prompt  # type: ignore[union-attr]
+                if request.media and not self._evaluate_media(slot):  # type: ignore[union-attr]
+                    continue
                 end = slot.prefill_at + batch.capacity - batch.n
+                if request.media:  # type: ignore[union-attr]
+                    end = min(end, min((s for s in request.media if s > slot.prefill_at), default=end))  # type: ignore
                 if self.checkpoints is not None:  # memory holds exactly the ledger's tokens here
                     self.checkpoints.due(slot.ledger, len(prompt))
                     end = self.checkpoints.chunk_end(slot.ledger, len(prompt), end)
@@ -471,7 +508,8 @@ class Scheduler:
     def _prompt_done(self, slot: Slot) -> None:
         request = slot.request
         request.state = RequestState.RUNNING  # type: ignore[union-attr]
-        if not self._plain and request.max_tokens > 0:  # type: ignore[union-attr]
+        if not self._plain and request.max_tokens > 0 and not request.media:  # type: ignore[union-attr]
+            # (a drafter cannot see media: a request with media is not speculated)
             self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)  # type: ignore[union-attr]
         if request.keep_prompt_logits and slot.ledger.scores is not None:  # type: ignore[union-attr]
             n = len(slot.ledger)
@@ -634,6 +672,8 @@ class Scheduler:
         if request.max_tokens == 0:
             return  # evaluate only: nothing will be sampled
         history = ledger.tokens + prompt if request.continues else prompt
+        if request.media:
+            history = text_only(history)
         chain = chain_context(self.model, self.ctx.n_ctx_seq, request.params, history)
         slot.sampler = SequenceSampler(request.params, chain, history, request.logits_processor,
                                        request.stopping_criteria)
@@ -713,7 +753,7 @@ class Scheduler:
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.request.prompt_logits  # type: ignore[union-attr]
             request.state = RequestState.RUNNING
-            if not self._plain:
+            if not self._plain and not request.media:
                 self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)
             started.append(fork)
         return started

@@ -6,7 +6,8 @@ function-calling handlers ``chatml-function-calling``, ``functionary``,
 ``functionary-v1`` and ``functionary-v2``.  Also exports, for
 ``llama_cpp.llama_chat_format``, the seed's public names:
 ``Jinja2ChatFormatter``, ``chat_formatter_to_chat_completion_handler`` and the
-``format_*`` functions.
+``format_*`` functions; and ``complete_chat``, the render-then-complete path
+(structured output, tools, streaming) for other plugins' handlers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .formats import NAMED_FORMATS
 from .function_calling import format_chatml_function_calling
 from .functionary import DIALECTS, functionary_handler
 from .gguf_template import gguf_template_handler
+from .handler import complete_chat  # noqa: F401 (for handlers built on it: the multimodal plugin)
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
 from .hf_tokenizer import (hf_autotokenizer_to_chat_completion_handler,  # noqa: F401 (exported)
                            hf_autotokenizer_to_chat_formatter, hf_tokenizer_config_to_chat_completion_handler,

@@ -113,7 +113,13 @@ def user_stops(request: dict[str, Any], *format_stops: str) -> list[str]:
 
 
 def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
-                  request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                  request: dict[str, Any], to_prompt: Callable[[str, bool], Any] | None = None,
+                  ) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    """Render ``messages`` with ``formatter`` and complete: structured output, tools, streaming.
+
+    ``to_prompt(text, added_special)`` makes the prompt of the rendered text (default: its tokens); a
+    multimodal handler turns its media markers into media chunks there.
+    """
     tools, tool_choice = tools_of(request)
     forced = forced_call_schema(tools, tool_choice) if tools else None
     if forced is not None:
@@ -126,7 +132,10 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
         add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
         **template_kwargs,
     )
-    prompt_tokens = tokenize_prompt(llama, rendered.prompt + prefill, rendered.added_special)
+    if to_prompt is None:
+        prompt_tokens = tokenize_prompt(llama, rendered.prompt + prefill, rendered.added_special)
+    else:
+        prompt_tokens = to_prompt(rendered.prompt + prefill, rendered.added_special)
     format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
     grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
     stream = bool(request.get("stream"))
