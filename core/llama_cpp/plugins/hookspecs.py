@@ -73,11 +73,17 @@ def llama_cpp_chat_format_from_metadata(metadata: Mapping[str, str]) -> str | No
 
 @hookspec
 def llama_cpp_multimodal_handlers() -> Iterable[MultimodalHandler]:
-    """Multimodal chat handlers, by name.
+    """Multimodal chat handlers, by name (``Llama(mmproj_path=..., chat_format=name)``).
 
-    A handler renders the conversation and turns its media into entries of
-    the request's sequence (chunks that occupy several positions, evaluated
-    in the prefill of that sequence; docs/engine.md).
+    ``factory(mmproj_path=..., verbose=..., **chat_handler_kwargs)`` returns
+    a chat handler.  It renders the conversation and completes a
+    :class:`llama_cpp.engine.media.MediaPrompt`: text tokens and media chunks
+    (:class:`~llama_cpp.engine.media.MediaChunk`: ``n_pos`` positions, a key,
+    and ``evaluate``, called when the sequence's prefill reaches the chunk;
+    docs/engine.md).  ``close()`` frees what it holds; ``release(llama)``, if
+    it has one, is called by ``Llama.close()`` for a handler it did not make.
+    The multimodal plugin's ``MTMDChatHandler`` is the base to subclass
+    (docs/multimodal.md).
 
     Example::
 
