@@ -22,7 +22,7 @@ import threading
 from typing import Any, Callable, Iterator, Mapping
 
 from llama_cpp.llama_chat_format import ChatFormatterResponse
-from llama_cpp.native import hub_download
+from llama_cpp.native import Closing, hub_download
 from llama_cpp_chat_formats import Jinja2ChatFormatter, complete_chat
 
 from .context import MtmdContext
@@ -67,7 +67,7 @@ def _escaped(value: Any, marker: str) -> Any:
     return value
 
 
-class MTMDChatHandler:
+class MTMDChatHandler(Closing):
     """A chat handler for a model with a multimodal projector (``mmproj``), over llama.cpp's mtmd.
 
     Subclasses (the families, :mod:`.families`) set class attributes: ``CHAT_FORMAT`` (the template used
@@ -187,18 +187,6 @@ class MTMDChatHandler:
         for context in contexts:
             context.close()
 
-    def __enter__(self) -> MTMDChatHandler:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
     # -- rendering ----------------------------------------------------------------------------------
     def template_for(self, llama: Any) -> str:
         """The Jinja template this handler renders with for ``llama``'s model: ``chat_template_override``,
@@ -252,12 +240,13 @@ class MTMDChatHandler:
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
         prepared, media = [], []
         kinds_seen: dict[str, int] = {}
+        takes = [kind for kind, taken in (("image", self.projector.vision), ("audio", self.projector.audio)) if taken]
         for index, message in enumerate(messages):
             if not isinstance(message, Mapping):
                 raise ValueError(f"messages[{index}] is a {type(message).__name__}, not a message dict")
             content = message.get("content")
             try:
-                parts = parse_content(content, self.media_policy) if isinstance(content, list) else None
+                parts = parse_content(content, self.media_policy, takes) if isinstance(content, list) else None
             except ValueError as exc:
                 raise type(exc)(f"messages[{index}] ({message.get('role', '?')}): {exc}") from exc
             fields = {k: _escaped(v, self.marker) for k, v in message.items() if k != "content"}
