@@ -176,6 +176,14 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
                                       log_filters=log_filters, log_filters_case_sensitive=log_filters_case_sensitive)
         path = Path(model_path)
         _check_model_file(path)
+        self.mmproj_path = None if mmproj_path is None else str(mmproj_path)
+        owned_handler = None
+        if mmproj_path is not None:  # before the model loads: a wrong projector fails fast
+            if chat_handler is not None:
+                raise ValueError("mmproj_path and chat_handler both bring a multimodal handler; pass one of them")
+            # the handler chooses its template (chat_format names a family)
+            owned_handler = multimodal_handler(mmproj_path, chat_format, chat_template_name,
+                                               dict(chat_handler_kwargs or {}), verbose)
         self.model_path = str(path)
         self.verbose = verbose
 
@@ -310,12 +318,8 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self.tokenizer_ = tokenizer
         self.chat_template_name = chat_template_name
         self.chat_handler_kwargs = dict(chat_handler_kwargs or {})
-        self.mmproj_path = None if mmproj_path is None else str(mmproj_path)
-        if mmproj_path is not None:  # the handler chooses its template (chat_format names the family)
-            if chat_handler is not None:
-                raise ValueError("mmproj_path and chat_handler both bring a multimodal handler; pass one of them")
-            self.chat_handler = self._owned_handler = multimodal_handler(
-                mmproj_path, chat_format, chat_template_name, self.chat_handler_kwargs, verbose)
+        if mmproj_path is not None:
+            self.chat_handler = self._owned_handler = owned_handler
         elif self.chat_handler_kwargs:
             warnings.warn("chat_handler_kwargs are passed to the multimodal handler that mmproj_path creates; "
                           "without mmproj_path they are not used", UserWarning, stacklevel=2)

@@ -77,6 +77,9 @@ def read_projector(path: str | os.PathLike[str]) -> ProjectorInfo:
         vision = _string(gguf, "clip.vision.projector_type")
         audio = _string(gguf, "clip.audio.projector_type")
         main = _string(gguf, "clip.projector_type") or vision or audio
+        if not main:
+            raise ValueError(f"{str(p)!r} is not a multimodal projector (mmproj) file: it has no "
+                             "clip.projector_type (is it the text model?)")
         stat = p.stat()
         caps = lib.mtmd_get_cap_from_file(str(p).encode())
         return ProjectorInfo(path=str(p), projector_type=main, audio_projector_type=audio,
