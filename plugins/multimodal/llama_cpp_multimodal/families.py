@@ -9,11 +9,13 @@ around the chunk (``<start_of_image>``, ``<|vision_start|>``...), so templates n
 Options that change the text rather than the template live here in Python: ``add_vision_id`` numbers
 pictures (``Picture 1: ``), ``keep_past_thinking``/``preserve_thinking`` keep or drop the reasoning of
 earlier replies, ``Qwen3ASRChatHandler`` keeps only the audio of user turns.
+
+The Jinja environment trims the first newline after a block tag (``trim_blocks``), as model templates
+expect: a newline the layout needs right after ``{% ... %}`` is written inside an expression instead.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any, Mapping
 
@@ -43,16 +45,33 @@ _VICUNA = (
     "{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+def _without_reasoning(text: str) -> str:
+    """A reply without its reasoning: what follows its last ``</think>``, as the family templates cut it.  A
+    reply generated after a prompt that opened ``<think>`` has no ``<think>`` of its own, only the close."""
+    return text.rsplit("</think>", 1)[-1].lstrip() if "</think>" in text else text
 
 
 class _DropsPastThinking(MTMDChatHandler):
-    """Families whose earlier replies go back without their ``<think>...</think>`` unless asked to keep it."""
+    """Families whose earlier replies go back without their reasoning unless asked to keep it
+    (``keep_past_thinking``), as the family templates do."""
 
     keep_past_thinking = False
 
-    def assistant_text(self, text: str) -> str:
-        return text if self.keep_past_thinking else _THINK_BLOCK.sub("", text)
+    def past_replies(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The replies that lose their reasoning: those before the last user message (the replies of a tool
+        loop after the last question keep theirs, which the model is still working from)."""
+        last_question = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        return [m for m in messages[:last_question] if m.get("role") == "assistant"]
+
+    def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[MediaInput]]:
+        prepared, media = super().prepare(messages)
+        if not self.keep_past_thinking:
+            for reply in self.past_replies(prepared):
+                for field in ("content", "text"):
+                    if isinstance(reply.get(field), str):
+                        reply[field] = _without_reasoning(reply[field])
+        return prepared, media
 
 
 class _NumbersPictures(MTMDChatHandler):
@@ -86,7 +105,7 @@ class ObsidianChatHandler(MTMDChatHandler):
     CHAT_FORMAT = (
         "{% for m in messages %}<|im_start|>{{ m.role }}\n"
         "{% if m.role == 'user' and m.media %}{{ m.media }}\n{% endif %}"
-        "{% if m.role == 'user' %}{{ m.text }}{% else %}{{ m.content }}{% endif %}\n###\n"
+        "{{ m.text if m.role == 'user' else m.content }}\n###\n"
         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     STOP = ("###",)
@@ -172,18 +191,21 @@ class Gemma3ChatHandler(MTMDChatHandler):
 
 
 class Gemma4ChatHandler(MTMDChatHandler):
-    """Gemma 4 (``<|turn>role ... <turn|>``), images and audio; ``enable_thinking`` puts ``<|think|>`` in the
-    system turn (the 31B and 26B-A4B models reason with it)."""
+    """Gemma 4 (``<|turn>role ... <turn|>``), images and audio.  ``enable_thinking`` puts ``<|think|>`` at the
+    top of the system turn; off, the reply starts after an empty thought channel, as the template of the
+    models that reason (31B, 26B-A4B) writes it."""
 
     CHAT_FORMAT = (
         "{{ bos_token }}{% set ns = namespace(system='') %}"
         "{% for m in messages %}{% if m.role == 'system' %}{% set ns.system = ns.system + m.content %}{% endif %}"
         "{% endfor %}"
-        "{% if enable_thinking or ns.system %}<|turn>system\n{% if enable_thinking %}<|think|>{% endif %}"
-        "{{ ns.system }}<turn|>\n{% endif %}"
+        "{% if enable_thinking or ns.system %}<|turn>system\n{% if enable_thinking %}<|think|>\n{% endif %}"
+        "{{ ns.system | trim }}<turn|>\n{% endif %}"
         "{% for m in messages %}{% if m.role != 'system' %}"
         "<|turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content | trim }}<turn|>\n"
-        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+        "{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|turn>model\n{% if not enable_thinking %}<|channel>thought\n<channel|>"
+        "{% endif %}{% endif %}"
     )
     STOP = ("<eos>", "<turn|>", "<|tool_response>")
     prefers_model_template = True
@@ -194,19 +216,23 @@ class Gemma4ChatHandler(MTMDChatHandler):
 
 
 class GLM41VChatHandler(_DropsPastThinking):
-    """GLM-4.1V-Thinking: ``[gMASK]<sop><|user|>\\n...<|assistant|>\\n`` and a reasoning block."""
+    """GLM-4.1V-Thinking: ``[gMASK]<sop><|user|>\\n...<|assistant|>\\n`` and a reasoning block.  With
+    ``enable_thinking`` false (4.6V's switch, or a template variable) each user turn ends with ``/nothink``
+    and the reply starts after an empty reasoning block, as GLM's templates write it."""
 
     CHAT_FORMAT = (
-        "[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% if enable_thinking is defined and not enable_thinking %}"
-        "<think></think>\n{% endif %}{% endif %}"
+        "[gMASK]<sop>{% set nothink = enable_thinking is defined and not enable_thinking %}"
+        "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}"
+        "{% if nothink and m.role == 'user' and not m.content.endswith('/nothink') %}/nothink{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% if nothink %}<think></think>\n{% endif %}"
+        "{% endif %}"
     )
     STOP = ("<|user|>", "<|endoftext|>", "<|observation|>")
     prefers_model_template = True
 
 
 class GLM46VChatHandler(GLM41VChatHandler):
-    """GLM-4.6V: the 4.1V layout with ``enable_thinking`` (off: an empty reasoning block is written)."""
+    """GLM-4.6V: the 4.1V layout with ``enable_thinking`` (off: ``/nothink`` and an empty reasoning block)."""
 
     def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -246,21 +272,26 @@ class LFM25VLChatHandler(LFM2VLChatHandler, _DropsPastThinking):
     An ``image_min_tokens`` above 256 is more than the projector's tiles allow: it falls back to -1."""
 
     def __init__(self, *args: Any, keep_past_thinking: bool = False, **kwargs: Any) -> None:
-        if kwargs.get("image_min_tokens", -1) > 256:
+        minimum = kwargs.get("image_min_tokens", -1)
+        if isinstance(minimum, int) and minimum > 256:  # a non-integer is the base class's ValueError
             warnings.warn(f"LFM2.5-VL: image_min_tokens={kwargs['image_min_tokens']} is above 256; using the "
                           "projector's default (-1)", UserWarning, stacklevel=2)
             kwargs["image_min_tokens"] = -1
         super().__init__(*args, **kwargs)
         _options(self, keep_past_thinking=bool(keep_past_thinking))
 
+    def past_replies(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every reply but the latest: LFM2.5's template keeps the reasoning of the last assistant message."""
+        return [m for m in messages if m.get("role") == "assistant"][:-1]
+
 
 class PaddleOCRChatHandler(MTMDChatHandler):
-    """PaddleOCR-VL: ``User: <image>{text}\\nAssistant: ``."""
+    """PaddleOCR-VL: ``User: <image>{text}\\nAssistant: ``; an earlier reply ends with the EOS ``</s>``."""
 
     CHAT_FORMAT = (
         "<|begin_of_sentence|>{% for m in messages %}"
         "{% if m.role == 'user' %}User: {{ m.media }}{{ m.text }}\n"
-        "{% elif m.role == 'assistant' %}Assistant: {{ m.content }}<|end_of_sentence|>"
+        "{% elif m.role == 'assistant' %}Assistant: {{ m.content }}</s>"
         "{% else %}{{ m.content }}\n{% endif %}"
         "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}"
     )
@@ -277,10 +308,17 @@ class Qwen25VLChatHandler(MTMDChatHandler):
 
 
 class Qwen3ASRChatHandler(MTMDChatHandler):
-    """Qwen3-ASR: speech to text.  The system messages are the instructions; a user turn is its audio only
-    (its text is not read, as the model expects); images are refused."""
+    """Qwen3-ASR: speech to text.  The system messages are the instructions (the context), in the one system
+    turn the model always gets, empty without them; a user turn is its audio only (its text is not read, as
+    the model expects); images are refused."""
 
-    CHAT_FORMAT = _chatml(user_media_first=False)
+    CHAT_FORMAT = (
+        "{% set ns = namespace(system='') %}"
+        "{% for m in messages %}{% if m.role == 'system' %}{% set ns.system = ns.system + m.content %}{% endif %}"
+        "{% endfor %}<|im_start|>system\n{{ ns.system }}<|im_end|>\n"
+        "{% for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     STOP = ("<|im_end|>", "<|endoftext|>")
     prefers_model_template = True
 
@@ -325,15 +363,13 @@ class Qwen35ChatHandler(_NumbersPictures, _DropsPastThinking):
 
 
 class Step3VLChatHandler(_DropsPastThinking):
-    """Step3-VL: ``<|BOT|>role\\n...<|EOT|>``; ``enable_thinking`` opens a reasoning block."""
+    """Step3-VL-10B: ChatML (its decoder is Qwen3-8B; ``<|BOT|>``/``<|EOT|>`` are the 321B Step3's, not in
+    this vocabulary), media where the user put them; ``enable_thinking`` opens a reasoning block (off: an
+    empty one is written), as its template does."""
 
-    CHAT_FORMAT = (
-        "{{ bos_token }}{% for m in messages %}<|BOT|>{{ m.role }}\n"
-        "{% if m.role == 'user' %}{{ m.media }}{{ m.text }}{% else %}{{ m.content }}{% endif %}<|EOT|>"
-        "{% endfor %}{% if add_generation_prompt %}<|BOT|>assistant\n"
-        "{% if enable_thinking %}<think>\n{% endif %}{% endif %}"
-    )
-    STOP = ("<|EOT|>",)
+    CHAT_FORMAT = _chatml(user_media_first=False,
+                          generation="{% if enable_thinking %}<think>{% else %}<think>\n\n</think>\n{% endif %}")
+    STOP = ("<|im_end|>", "<|endoftext|>")
     prefers_model_template = True
 
     def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:

@@ -230,7 +230,8 @@ class MTMDChatHandler(Closing):
         return {"content": "".join(content), "text": "".join(texts), "media": "".join(markers)}
 
     def assistant_text(self, text: str) -> str:
-        """An earlier assistant reply as the template gets it (families drop its reasoning here)."""
+        """An assistant reply as the template gets it (unchanged here; the families that drop the reasoning of
+        earlier replies do it in ``prepare``, where they see which replies came before the last question)."""
         return text
 
     def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[MediaInput]]:
