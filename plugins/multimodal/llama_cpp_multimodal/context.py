@@ -9,6 +9,7 @@ it.  mtmd's context is not thread-safe: tokenizing and encoding take the context
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Sequence
 
@@ -19,6 +20,9 @@ from llama_cpp_native import ffi, lib
 from .errors import MediaError
 from .media import MediaInput
 from .projector import ProjectorInfo
+
+# ``mtmd_helper_video_init_params.ffmpeg_bin_dir``: no program can live under the null device
+_NO_PROGRAMS = ffi.new("char[]", os.devnull.encode())
 
 
 class MtmdChunk(MediaChunk):
@@ -106,9 +110,11 @@ class MtmdContext:
                                  f"{' and '.join(k for k in ('image', 'audio') if self.supports(k))}")
         with self._lock:
             ptr = self.handle.ptr
-            bitmaps = [self._bitmap(ptr, item) for item in media]
+            bitmaps: list[Any] = []
             chunks = lib.mtmd_input_chunks_init()
             try:
+                for item in media:  # inside the try: a part that fails frees the bitmaps made before it
+                    bitmaps.append(self._bitmap(ptr, item))
                 self._tokenize(ptr, chunks, segments, bitmaps, add_bos)
                 return self._media_prompt(chunks, text)
             finally:
@@ -117,10 +123,19 @@ class MtmdContext:
                     lib.mtmd_bitmap_free(bitmap)
 
     def _bitmap(self, ptr: Any, item: MediaInput) -> Any:
-        wrapper = lib.mtmd_helper_bitmap_init_from_buf(ptr, item.data, len(item.data), False,
-                                                       lib.mtmd_helper_init_opt_default())
+        # bytes stb_image cannot decode fall through to mtmd's video path, which pipes them to ffprobe and
+        # ffmpeg from PATH: pointing it at a "directory" that holds no program keeps request bytes away
+        # from any external decoder (the handler reads no video)
+        opt = lib.mtmd_helper_init_opt_default()
+        opt.video_params.ffmpeg_bin_dir = _NO_PROGRAMS
+        with capture_messages(quiet=not self.verbose):
+            wrapper = lib.mtmd_helper_bitmap_init_from_buf(ptr, item.data, len(item.data), False, opt)
         if wrapper.video_ctx != ffi.NULL:
+            # a video's bitmap is lazy: its frames are read through the video context, so the two go together
+            if wrapper.bitmap != ffi.NULL:
+                lib.mtmd_bitmap_free(wrapper.bitmap)
             lib.mtmd_helper_video_free(wrapper.video_ctx)
+            raise MediaError(f"{item.source}: mtmd read this {item.format.upper()} as a video, which is not supported")
         if wrapper.bitmap == ffi.NULL:
             raise MediaError(f"{item.source}: mtmd could not decode this {item.format.upper()} {item.kind}")
         lib.mtmd_bitmap_set_id(wrapper.bitmap, item.content_id.encode())

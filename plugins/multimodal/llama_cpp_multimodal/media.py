@@ -8,7 +8,7 @@ content id mtmd gives the bitmap (the SHA-256 of those bytes), by which the ledg
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Collection, Iterable, Mapping, Union
 
 import attrs
 
@@ -49,13 +49,18 @@ class MediaInput:
 ContentItem = Union[str, MediaInput]
 
 
-def parse_content(content: str | Iterable[Any] | None, policy: MediaPolicy = DEFAULT_POLICY) -> list[ContentItem]:
-    """A message's content as text strings and media, in order; MediaError names the part that fails."""
+def parse_content(content: str | Iterable[Any] | None, policy: MediaPolicy = DEFAULT_POLICY,
+                  kinds: Collection[str] = (IMAGE, AUDIO)) -> list[ContentItem]:
+    """A message's content as text strings and media, in order; MediaError names the part that fails.
+
+    ``kinds``: the media the model's projector takes; a part of another kind is refused before it is read
+    (no fetch), with the part named, rather than deep in mtmd after every part was loaded.
+    """
     if content is None:
         return []
     if isinstance(content, str):
         return [content]
-    return [parse_part(part, index, policy) for index, part in enumerate(content)]
+    return [parse_part(part, index, policy, kinds) for index, part in enumerate(content)]
 
 
 def part_type(part: Any, index: int) -> str:
@@ -77,14 +82,18 @@ def part_type(part: Any, index: int) -> str:
     return kind
 
 
-def parse_part(part: Any, index: int, policy: MediaPolicy = DEFAULT_POLICY) -> ContentItem:
-    """One content part: its text, or its media read and checked under ``policy``."""
+def parse_part(part: Any, index: int, policy: MediaPolicy = DEFAULT_POLICY,
+               kinds: Collection[str] = (IMAGE, AUDIO)) -> ContentItem:
+    """One content part: its text, or its media (of one of ``kinds``) read and checked under ``policy``."""
     kind = part_type(part, index)
     value = part[kind]
     if kind == "text":
         if not isinstance(value, str):
             raise MediaError(f"content part {index} (text): expected a string, not {type(value).__name__}")
         return value
+    if PART_KINDS[kind] not in kinds:
+        raise MediaError(f"content part {index} ({kind}): the model's projector does not take {PART_KINDS[kind]} "
+                         f"input; it takes {' and '.join(kinds) or 'none'}")
     try:
         return _read_media(kind, value, policy)
     except MediaError as exc:

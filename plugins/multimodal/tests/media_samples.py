@@ -1,9 +1,14 @@
-"""Small media files built by hand: one per format, valid as far as the header checks look."""
+"""Small media files built by hand: one per format, valid as far as the header checks look; and the
+address check that lets the loopback test server pass as a public host (shared by the http tests)."""
 
 from __future__ import annotations
 
 import struct
 import zlib
+from typing import Callable
+
+from llama_cpp_multimodal import refused_address_reason
+from llama_cpp_multimodal.policy import IPAddress
 
 
 def png_bytes(width: int = 1, height: int = 1) -> bytes:
@@ -47,3 +52,10 @@ SAMPLES = {
     "ogg": b"OggS\x00\x02" + b"\x00" * 22,
 }
 SAMPLES["mp3-id3"] = b"ID3\x04\x00\x00\x00\x00\x00\x05" + b"\x00" * 5 + MP3_FRAME
+
+
+def treat_as_public(*public: str) -> Callable[[IPAddress], str | None]:
+    """An address check that lets the test server's address pass as public, and checks all others as usual."""
+    def check(ip: IPAddress) -> str | None:
+        return None if str(ip) in public else refused_address_reason(ip)
+    return check

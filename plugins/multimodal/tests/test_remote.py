@@ -7,21 +7,11 @@ import time
 from urllib.parse import quote
 
 import pytest
-from media_samples import SAMPLES
+from media_samples import SAMPLES, treat_as_public
 
 from llama_cpp_multimodal import MediaError, MediaInput, MediaPolicy, parse_part, refused_address_reason
-from llama_cpp_multimodal.policy import IPAddress
 
 PRIVATE_OK = MediaPolicy(allow_private_addresses=True)
-
-
-def treat_as_public(*public: str):
-    """An address check that lets the test server's address pass as public, and checks all others as usual."""
-    def check(ip: IPAddress) -> str | None:
-        return None if str(ip) in public else refused_address_reason(ip)
-    return check
-
-
 PUBLIC_LOOPBACK = MediaPolicy(address_check=treat_as_public("127.0.0.1"))
 
 
