@@ -51,9 +51,6 @@ class MtmdContext:
     def __init__(self, projector: ProjectorInfo, model: Any, *, n_threads: int, use_gpu: bool, marker: str,
                  image_min_tokens: int, image_max_tokens: int, batch_max_tokens: int, warmup: bool,
                  verbose: bool) -> None:
-        reason = projector.unsupported_reason
-        if reason is not None:
-            raise ValueError(f"mmproj {projector.path!r} is not supported: {reason}")
         params = lib.mtmd_context_params_default()
         params.use_gpu = bool(use_gpu)
         params.print_timings = bool(verbose)

@@ -53,9 +53,10 @@ def _without_reasoning(text: str) -> str:
 
 
 class _DropsPastThinking(MTMDChatHandler):
-    """Families whose earlier replies go back without their reasoning unless asked to keep it
-    (``keep_past_thinking``), as the family templates do."""
+    """Families whose earlier replies go back without their reasoning unless asked to keep it (the option
+    named ``KEEP_THINKING``, from the constructor or per request), as the family templates do."""
 
+    KEEP_THINKING = "keep_past_thinking"
     keep_past_thinking = False
 
     def past_replies(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -64,9 +65,11 @@ class _DropsPastThinking(MTMDChatHandler):
         last_question = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         return [m for m in messages[:last_question] if m.get("role") == "assistant"]
 
-    def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[MediaInput]]:
-        prepared, media = super().prepare(messages)
-        if not self.keep_past_thinking:
+    def prepare(self, messages: list[dict[str, Any]], variables: Mapping[str, Any] | None = None,
+                ) -> tuple[list[dict[str, Any]], list[MediaInput]]:
+        variables = variables if variables is not None else self.template_variables({})
+        prepared, media = super().prepare(messages, variables)
+        if not variables.get(self.KEEP_THINKING, getattr(self, self.KEEP_THINKING, False)):
             for reply in self.past_replies(prepared):
                 for field in ("content", "text"):
                     if isinstance(reply.get(field), str):
@@ -79,17 +82,26 @@ class _NumbersPictures(MTMDChatHandler):
 
     add_vision_id = True
 
-    def media_text(self, item: MediaInput, kinds_seen: Mapping[str, int]) -> str:
-        if self.add_vision_id and item.kind == "image":
+    def media_text(self, item: MediaInput, kinds_seen: Mapping[str, int], variables: Mapping[str, Any]) -> str:
+        if variables.get("add_vision_id", self.add_vision_id) and item.kind == "image":
             return f"Picture {kinds_seen.get('image', 0) + 1}: {self.marker}"
         return self.marker
 
 
 def _options(handler: MTMDChatHandler, **values: Any) -> None:
-    """Keep each option on the instance and in the template variables (a model's own template reads them)."""
+    """Keep each option on the instance and in the template variables (a model's own template reads them,
+    and a request's ``chat_template_kwargs`` override them)."""
     for name, value in values.items():
         setattr(handler, name, value)
         handler.extra_template_arguments.setdefault(name, value)
+
+
+class _ThinkingSwitch(MTMDChatHandler):
+    """Families with ``enable_thinking`` (on by default): a template variable their layouts read."""
+
+    def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _options(self, enable_thinking=bool(enable_thinking))
 
 
 class Llava15ChatHandler(MTMDChatHandler):
@@ -159,16 +171,12 @@ class MiniCPMv26ChatHandler(MTMDChatHandler):
     prefers_model_template = True
 
 
-class MiniCPMv45ChatHandler(_DropsPastThinking):
+class MiniCPMv45ChatHandler(_ThinkingSwitch, _DropsPastThinking):
     """MiniCPM-V 4.5: ``enable_thinking`` opens a reasoning block (or closes an empty one)."""
 
     CHAT_FORMAT = _chatml(generation=_THINK_SWITCH)
     STOP = ("<|im_end|>", "<|endoftext|>")
     prefers_model_template = True
-
-    def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _options(self, enable_thinking=bool(enable_thinking))
 
 
 class MiniCPMV46ChatHandler(MiniCPMv45ChatHandler):
@@ -190,7 +198,7 @@ class Gemma3ChatHandler(MTMDChatHandler):
     prefers_model_template = True
 
 
-class Gemma4ChatHandler(MTMDChatHandler):
+class Gemma4ChatHandler(_ThinkingSwitch):
     """Gemma 4 (``<|turn>role ... <turn|>``), images and audio.  ``enable_thinking`` puts ``<|think|>`` at the
     top of the system turn; off, the reply starts after an empty thought channel, as the template of the
     models that reason (31B, 26B-A4B) writes it."""
@@ -210,10 +218,6 @@ class Gemma4ChatHandler(MTMDChatHandler):
     STOP = ("<eos>", "<turn|>", "<|tool_response>")
     prefers_model_template = True
 
-    def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _options(self, enable_thinking=bool(enable_thinking))
-
 
 class GLM41VChatHandler(_DropsPastThinking):
     """GLM-4.1V-Thinking: ``[gMASK]<sop><|user|>\\n...<|assistant|>\\n`` and a reasoning block.  With
@@ -231,12 +235,8 @@ class GLM41VChatHandler(_DropsPastThinking):
     prefers_model_template = True
 
 
-class GLM46VChatHandler(GLM41VChatHandler):
+class GLM46VChatHandler(_ThinkingSwitch, GLM41VChatHandler):
     """GLM-4.6V: the 4.1V layout with ``enable_thinking`` (off: ``/nothink`` and an empty reasoning block)."""
-
-    def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _options(self, enable_thinking=bool(enable_thinking))
 
 
 class GraniteDoclingChatHandler(MTMDChatHandler):
@@ -323,13 +323,13 @@ class Qwen3ASRChatHandler(MTMDChatHandler):
     prefers_model_template = True
 
     def message_fields(self, message: Mapping[str, Any], parts: list[str | MediaInput], media: list[MediaInput],
-                       kinds_seen: dict[str, int]) -> dict[str, str]:
+                       kinds_seen: dict[str, int], variables: Mapping[str, Any]) -> dict[str, str]:
         for part in parts:
             if isinstance(part, MediaInput) and part.kind != "audio":
                 raise ValueError(f"{type(self).__name__} takes audio only; {part.source} is an {part.kind}")
         if message.get("role") == "user":
             parts = [p for p in parts if not isinstance(p, str)]
-        return super().message_fields(message, parts, media, kinds_seen)
+        return super().message_fields(message, parts, media, kinds_seen, variables)
 
 
 class Qwen3VLChatHandler(_NumbersPictures):
@@ -346,7 +346,7 @@ class Qwen3VLChatHandler(_NumbersPictures):
         _options(self, force_reasoning=bool(force_reasoning), add_vision_id=bool(add_vision_id))
 
 
-class Qwen35ChatHandler(_NumbersPictures, _DropsPastThinking):
+class Qwen35ChatHandler(_ThinkingSwitch, _NumbersPictures, _DropsPastThinking):
     """Qwen3.5 and 3.6: ChatML; ``enable_thinking`` (reasoning block or an empty one), ``add_vision_id``,
     ``preserve_thinking`` (earlier replies keep their reasoning)."""
 
@@ -354,15 +354,15 @@ class Qwen35ChatHandler(_NumbersPictures, _DropsPastThinking):
     STOP = ("<|im_end|>", "<|endoftext|>")
     prefers_model_template = True
 
-    def __init__(self, *args: Any, add_vision_id: bool = True, enable_thinking: bool = True,
-                 preserve_thinking: bool = False, **kwargs: Any) -> None:
+    KEEP_THINKING = "preserve_thinking"
+
+    def __init__(self, *args: Any, add_vision_id: bool = True, preserve_thinking: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _options(self, add_vision_id=bool(add_vision_id), enable_thinking=bool(enable_thinking),
-                 preserve_thinking=bool(preserve_thinking))
-        self.keep_past_thinking = self.preserve_thinking
+        _options(self, add_vision_id=bool(add_vision_id), preserve_thinking=bool(preserve_thinking))
 
 
-class Step3VLChatHandler(_DropsPastThinking):
+class Step3VLChatHandler(_ThinkingSwitch, _DropsPastThinking):
     """Step3-VL-10B: ChatML (its decoder is Qwen3-8B; ``<|BOT|>``/``<|EOT|>`` are the 321B Step3's, not in
     this vocabulary), media where the user put them; ``enable_thinking`` opens a reasoning block (off: an
     empty one is written), as its template does."""
@@ -371,10 +371,6 @@ class Step3VLChatHandler(_DropsPastThinking):
                           generation="{% if enable_thinking %}<think>{% else %}<think>\n\n</think>\n{% endif %}")
     STOP = ("<|im_end|>", "<|endoftext|>")
     prefers_model_template = True
-
-    def __init__(self, *args: Any, enable_thinking: bool = True, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _options(self, enable_thinking=bool(enable_thinking))
 
 
 # the seed's other spellings

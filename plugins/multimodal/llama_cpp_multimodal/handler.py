@@ -111,6 +111,8 @@ class MTMDChatHandler(Closing):
         if media_policy is not None and not isinstance(media_policy, MediaPolicy):
             raise TypeError(f"media_policy must be a MediaPolicy, got {type(media_policy).__name__}")
         self.projector = read_projector(mmproj_path)
+        if self.projector.unsupported_reason is not None:  # would abort the process once mtmd encodes with it
+            raise ValueError(f"mmproj {str(mmproj_path)!r} is not supported: {self.projector.unsupported_reason}")
         self.mmproj_path = str(mmproj_path)
         self.clip_model_path = self.mmproj_path
         self.verbose = verbose
@@ -203,14 +205,15 @@ class MTMDChatHandler(Closing):
         ``extra_template_arguments``, then the request's ``chat_template_kwargs``."""
         return {**self.TEMPLATE_VARIABLES, **self.extra_template_arguments, **request_variables}
 
-    def media_text(self, item: MediaInput, kinds_seen: Mapping[str, int]) -> str:
+    def media_text(self, item: MediaInput, kinds_seen: Mapping[str, int], variables: Mapping[str, Any]) -> str:
         """What stands for one media part in the rendered text: the marker, where mtmd puts the chunk and
         the family's begin/end tokens around it.  ``kinds_seen`` counts the earlier parts of each kind in
-        the conversation (``add_vision_id`` numbers pictures with it)."""
+        the conversation (``add_vision_id`` numbers pictures with it); ``variables`` are the request's
+        template variables (:meth:`template_variables`), where options applied in Python are read too."""
         return self.marker
 
     def message_fields(self, message: Mapping[str, Any], parts: list[str | MediaInput], media: list[MediaInput],
-                       kinds_seen: dict[str, int]) -> dict[str, str]:
+                       kinds_seen: dict[str, int], variables: Mapping[str, Any]) -> dict[str, str]:
         """The template's view of a message with content parts: ``content`` (text and media in the order
         given), ``text`` (its text parts) and ``media`` (its media parts); each media part is appended to
         ``media`` in the order its marker appears in ``content``, and in ``media`` (a template renders one
@@ -222,7 +225,7 @@ class MTMDChatHandler(Closing):
                 content.append(text)
                 texts.append(text)
                 continue
-            shown = self.media_text(part, kinds_seen)
+            shown = self.media_text(part, kinds_seen, variables)
             kinds_seen[part.kind] = kinds_seen.get(part.kind, 0) + 1
             media.append(part)
             content.append(shown)
@@ -234,9 +237,12 @@ class MTMDChatHandler(Closing):
         earlier replies do it in ``prepare``, where they see which replies came before the last question)."""
         return text
 
-    def prepare(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[MediaInput]]:
+    def prepare(self, messages: list[dict[str, Any]], variables: Mapping[str, Any] | None = None,
+                ) -> tuple[list[dict[str, Any]], list[MediaInput]]:
         """The messages as the template sees them (string contents, markers for media) and the media in
-        marker order; a part that cannot be read is a ValueError naming the message and the part."""
+        marker order, under the request's template ``variables``; a part that cannot be read is a
+        ValueError naming the message and the part."""
+        variables = variables if variables is not None else self.template_variables({})
         if not isinstance(messages, list):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
         prepared, media = [], []
@@ -255,7 +261,7 @@ class MTMDChatHandler(Closing):
                 text = _escaped(content, self.marker)
                 fields.update(content=text, text=text if isinstance(text, str) else "", media="")
             else:
-                fields.update(self.message_fields(message, parts, media, kinds_seen))
+                fields.update(self.message_fields(message, parts, media, kinds_seen, variables))
             if fields.get("role") == "assistant" and isinstance(fields.get("content"), str):
                 fields["content"] = self.assistant_text(fields["content"])
                 fields["text"] = self.assistant_text(fields["text"])
@@ -281,17 +287,18 @@ class MTMDChatHandler(Closing):
     def render(self, llama: Any, messages: list[dict[str, Any]], **variables: Any) -> tuple[str, list[MediaInput]]:
         """The prompt text this handler makes of ``messages`` (markers included) and its media, without
         tokenizing or generating: what the family tests read."""
-        conversation, media = self.prepare(messages)
-        response = self.formatter(llama)(messages=conversation, add_generation_prompt=True,
-                                         **self.template_variables(variables))
+        merged = self.template_variables(variables)
+        conversation, media = self.prepare(messages, merged)
+        response = self.formatter(llama)(messages=conversation, add_generation_prompt=True, **merged)
         return response.prompt, media
 
     # -- the chat handler protocol ----------------------------------------------------------------------
     def __call__(self, *, llama: Any, messages: list[dict[str, Any]],
                  **request: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
-        conversation, media = self.prepare(messages)
+        variables = self.template_variables(request.get("chat_template_kwargs") or {})
+        conversation, media = self.prepare(messages, variables)
         context = self.context_for(llama)
-        request["chat_template_kwargs"] = self.template_variables(request.get("chat_template_kwargs") or {})
+        request["chat_template_kwargs"] = variables
         request.pop("chat_template_name", None)
 
         def to_prompt(text: str, added_special: bool) -> Any:

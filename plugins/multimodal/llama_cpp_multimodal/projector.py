@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import attrs
+from llama_cpp.native import capture_messages
 from llama_cpp_native import ffi, lib
 
 
@@ -81,7 +82,8 @@ def read_projector(path: str | os.PathLike[str]) -> ProjectorInfo:
             raise ValueError(f"{str(p)!r} is not a multimodal projector (mmproj) file: it has no "
                              "clip.projector_type (is it the text model?)")
         stat = p.stat()
-        caps = lib.mtmd_get_cap_from_file(str(p).encode())
+        with capture_messages(quiet=True):  # clip's loader logs the file's details: not the caller's business
+            caps = lib.mtmd_get_cap_from_file(str(p).encode())
         return ProjectorInfo(path=str(p), projector_type=main, audio_projector_type=audio,
                              audio_stack_factor=_unsigned(gguf, "clip.audio.projector.stack_factor"),
                              identity=f"{p.resolve()}:{stat.st_size}:{stat.st_mtime_ns}",

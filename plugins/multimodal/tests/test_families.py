@@ -257,6 +257,18 @@ def test_qwen35_drops_earlier_reasoning_unless_preserve_thinking(mmproj: str, im
     assert "<|im_start|>assistant\n<think>\nears\n</think>\n\nStill a cat.<|im_end|>" in kept
 
 
+def test_python_side_options_follow_the_request(mmproj: str, image: dict[str, Any],
+                                                tiny_png: Callable[..., Path]) -> None:
+    """``add_vision_id`` and ``preserve_thinking`` change the text, not the template, and still follow a
+    request's ``chat_template_kwargs`` (passed to ``render`` here) over the constructor's value."""
+    handler = Qwen35ChatHandler(mmproj_path=mmproj, verbose=False)
+    messages = [{"role": "user", "content": [picture(tiny_png, 1), {"type": "text", "text": "Hi"}]}]
+    assert "Picture 1: " in render(handler, messages)
+    assert "Picture" not in render(handler, messages, add_vision_id=False)
+    assert "fur" in render(handler, _two_replies(image), preserve_thinking=True)
+    assert "fur" not in render(handler, _two_replies(image))
+
+
 def test_a_reply_generated_after_an_opened_think_block_loses_its_reasoning_too(
         mmproj: str, image: dict[str, Any]) -> None:
     # the prompt ended with "<think>\n", so the reply sent back has only the closing tag
