@@ -17,7 +17,8 @@ from . import families
 from .families import *  # noqa: F403 (the family classes are this package's public names)
 from .families import FAMILIES
 from .formats import MediaFormat, sniff
-from .handler import KNOWN_MEDIA_TAGS, LIBRARY_POLICY, GenericMTMDChatHandler, MTMDChatHandler
+from .generic import GenericMTMDChatHandler
+from .handler import KNOWN_MEDIA_TAGS, LIBRARY_POLICY, MTMDChatHandler
 from .markers import DEFAULT_MARKER, escape_marker, new_marker
 from .media import MediaInput, parse_content, parse_part
 from .policy import MediaPolicy, refused_address_reason

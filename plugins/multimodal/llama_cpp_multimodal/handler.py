@@ -21,6 +21,8 @@ import re
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
+import attrs
+
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 from llama_cpp.native import Closing, hub_download
 from llama_cpp_chat_formats import Jinja2ChatFormatter, complete_chat
@@ -252,10 +254,14 @@ class MTMDChatHandler(Closing):
             if not isinstance(message, Mapping):
                 raise ValueError(f"messages[{index}] is a {type(message).__name__}, not a message dict")
             content = message.get("content")
+            where = f"messages[{index}] ({message.get('role', '?')})"
             try:
                 parts = parse_content(content, self.media_policy, takes) if isinstance(content, list) else None
             except ValueError as exc:
-                raise type(exc)(f"messages[{index}] ({message.get('role', '?')}): {exc}") from exc
+                raise type(exc)(f"{where}: {exc}") from exc
+            if parts is not None:  # a later error (mtmd cannot decode it) names the message and the part
+                parts = [attrs.evolve(p, source=f"{where}: content part {j}, {p.source}")
+                         if isinstance(p, MediaInput) else p for j, p in enumerate(parts)]
             fields = {k: _escaped(v, self.marker) for k, v in message.items() if k != "content"}
             if parts is None:
                 text = _escaped(content, self.marker)
@@ -306,35 +312,3 @@ class MTMDChatHandler(Closing):
 
         return complete_chat(llama, self.formatter(llama), conversation, request, to_prompt=to_prompt)
 
-
-class GenericMTMDChatHandler(MTMDChatHandler):
-    """The handler ``Llama(model, mmproj_path=...)`` makes: the model's own chat template.
-
-    Template resolution: ``chat_format`` (an explicit Jinja template), else the GGUF's template named
-    ``chat_template_name``, else its default ``tokenizer.chat_template``, else the generic
-    ``USER:``/``ASSISTANT:`` layout.
-    """
-
-    prefers_model_template = True
-
-    def __init__(self, chat_format: str | None = None, mmproj_path: str | None = None, verbose: bool = True,
-                 chat_template_name: str | None = None, **kwargs: Any) -> None:
-        super().__init__(mmproj_path=mmproj_path, verbose=verbose, **kwargs)
-        if chat_format is not None and not isinstance(chat_format, str):
-            raise ValueError(f"chat_format must be a Jinja template string, got {type(chat_format).__name__}")
-        self.chat_format = chat_format
-        self.chat_template_name = chat_template_name
-
-    def template_for(self, llama: Any) -> str:
-        if self.chat_template_override is not None:
-            return self.chat_template_override
-        if self.chat_format is not None:
-            return self.chat_format
-        if self.chat_template_name is not None and self.chat_template_name != "default":
-            key = f"tokenizer.chat_template.{self.chat_template_name}"
-            if key not in llama.metadata:
-                names = sorted(k.rsplit(".", 1)[-1] for k in llama.metadata if k.startswith("tokenizer.chat_template."))
-                raise ValueError(f"chat_template_name={self.chat_template_name!r}: the model has no such template; "
-                                 f"it has: {', '.join(['default', *names]) if 'tokenizer.chat_template' in llama.metadata else ', '.join(names) or 'none'}")
-            return llama.metadata[key]
-        return llama.metadata.get("tokenizer.chat_template") or self.CHAT_FORMAT

@@ -365,11 +365,22 @@ def test_families_use_the_model_template_only_where_it_renders_media(cls: type[M
         LAYOUTS[cls]
 
 
+@pytest.mark.parametrize(("projector", "family"), [("mlp", Llava15ChatHandler), ("qwen2vl_merger", Qwen25VLChatHandler),
+                                                   ("qwen2a", Qwen25VLChatHandler), ("idefics3", MTMDChatHandler)])
+def test_without_a_template_the_projector_names_the_layout(tiny_mtmd_model: Callable[[str], tuple[Path, Path]],
+                                                          projector: str, family: type[MTMDChatHandler]) -> None:
+    handler = GenericMTMDChatHandler(mmproj_path=str(tiny_mtmd_model(projector)[1]), verbose=False)
+    assert handler.template_for(FakeLlama()) == family.CHAT_FORMAT
+    assert handler.STOP == family.STOP
+
+
 def test_the_generic_handler_uses_the_model_template(mmproj: str, image: dict[str, Any]) -> None:
     handler = GenericMTMDChatHandler(mmproj_path=mmproj, verbose=False)
     assert render(handler, conversation(image), FakeLlama({"tokenizer.chat_template": TEXT_TEMPLATE})) == \
         "<<system>>Be brief.<<user>><IMG>What is this?"
-    assert render(handler, conversation(image)) == LAYOUTS[MTMDChatHandler]  # a file without a template
+    # a file without a template: the layout of the projector's family (gemma3 here), else the generic one
+    assert render(handler, conversation(image)) == LAYOUTS[Gemma3ChatHandler]
+    assert handler.STOP == Gemma3ChatHandler.STOP
     explicit = GenericMTMDChatHandler(chat_format="{{ messages | length }}: {{ messages[1].content }}",
                                       mmproj_path=mmproj, verbose=False)
     assert render(explicit, conversation(image), FakeLlama({"tokenizer.chat_template": MEDIA_TEMPLATE})) == \

@@ -280,13 +280,14 @@ def no_external_decoders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 def test_media_that_passes_the_header_checks_but_not_mtmd_is_a_value_error(
         tiny_mtmd_model: Paths, valid_image: dict[str, Any], valid_audio: dict[str, Any], no_external_decoders: Path,
         name: str, parts: list[dict[str, Any]], reason: str) -> None:
-    """mtmd's decoders refuse it (the message names the media's source: mtmd gets the parts as one list);
-    nothing crashes and mtmd's video fallback never hands the bytes to ffprobe or ffmpeg."""
+    """mtmd's decoders refuse it (the message names the message, the part and the media's source); nothing
+    crashes and mtmd's video fallback never hands the bytes to ffprobe or ffmpeg."""
     valid = valid_image if name == "gemma3" else valid_audio
     with open_llama(tiny_mtmd_model(name)) as llm:
-        with pytest.raises(ValueError, match=reason):
+        with pytest.raises(ValueError, match=r"messages\[0\] \(user\): content part \d, " + reason):
             ask(llm, *parts)
-        with pytest.raises(ValueError, match=reason):  # after a valid part, whose bitmap is freed with the error
+        # after a valid part, whose bitmap is freed with the error
+        with pytest.raises(ValueError, match=r"messages\[0\] \(user\): content part \d, " + reason):
             ask(llm, valid, *parts)
         assert not no_external_decoders.exists()
         assert_still_serves(llm, valid)
