@@ -11,6 +11,7 @@ The parts, one module each:
 - ``normalize``: request normalisation shared by completion, chat and the server;
 - ``scheduler``: admission, batching, one ``llama_decode`` per tick, finishing.
 - ``embedder``: embeddings over the same context, many inputs per decode, on idle sequences only.
+- ``scope``: the requests of one piece of work, held to its limits and cancelled together (a server).
 
 ``Llama`` is a facade over them; docs/engine.md draws one tick.
 """
@@ -19,6 +20,7 @@ from .context import BatchBuilder, Context
 from .ledger import Ledger, SequenceSnapshot
 from .model import Model
 from .request import Request, RequestState, TokenEvent
+from .scope import RequestScope
 from .sampler import SequenceSampler
 from .scheduler import Scheduler
 from .step import PlainStep, Sampled, Step
@@ -30,6 +32,7 @@ __all__ = [
     "Model",
     "PlainStep",
     "Request",
+    "RequestScope",
     "RequestState",
     "Sampled",
     "Scheduler",

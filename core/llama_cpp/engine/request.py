@@ -85,6 +85,7 @@ class Request:
     n_generated: int = 0
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
+    first_token: float = 0.0  # time.perf_counter() when its first token was handed out
 
     @property
     def finished(self) -> bool:

@@ -33,6 +33,7 @@ from llama_cpp_native import lib
 
 from .._adapters import Adapters
 from .context import DECODE_ABORTED, Context
+from .scope import current_scope
 from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
 from .media import media_entries, text_only
@@ -111,14 +112,20 @@ class Scheduler:
         # counters (tests, benchmarks, a server's metrics)
         self.n_decodes = 0  # llama_decode calls
         self.n_tokens_decoded = 0  # batch rows decoded
+        self.n_sequences_decoded = 0  # sequences served, summed over decodes (/ n_decodes: busy slots per decode)
         self.n_prompt_tokens = 0  # prompt tokens evaluated (not reused from a prefix or a fork)
         self.n_generated_tokens = 0  # tokens handed to requests
         self.n_media_evaluated = 0  # media chunks put into memory (not reused from a prefix)
+        self.seconds_prompt = 0.0  # from admission to the first token, summed over finished requests
+        self.seconds_generating = 0.0  # from the first token to the end, summed over finished requests
 
     # -- the callers' side ------------------------------------------------------------------
     def submit(self, request: Request) -> None:
         """Queue ``request``; RuntimeError if it could only ever wait on its own thread's streams."""
         limit = self.ctx.n_ctx_seq
+        scope = current_scope()
+        if scope is not None:
+            scope.check(len(request.prompt))
         if request.media and request.continues:
             raise ValueError("a prompt with media starts a sequence of its own: it cannot continue another")
         if len(request.prompt) >= limit and not request.continues:
@@ -136,6 +143,8 @@ class Scheduler:
                     "larger n_seq_max")
             self.waiting.append(request)
             self._bump()
+        if scope is not None:
+            scope.join(request, self.cancel)
 
     def next_event(self, request: Request) -> TokenEvent | None:
         """The request's next token (None once it has finished), running ticks while none is ready."""
@@ -292,6 +301,7 @@ class Scheduler:
             return True
         self.n_decodes += 1
         self.n_tokens_decoded += ctx.batch.n
+        self.n_sequences_decoded += len(rows)
         if rc != 0:
             self._failed_decode(rc, rows)
             return True
@@ -326,6 +336,8 @@ class Scheduler:
                 request = slot.request
                 if request is None or request.cancelled:
                     continue
+                if outcome.events and not request.first_token:
+                    request.first_token = time.perf_counter()
                 request.events.extend(outcome.events)
                 self.n_generated_tokens += len(outcome.events)
                 if outcome.finish is not None:
@@ -612,6 +624,11 @@ class Scheduler:
         """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
         self._dirty = True  # a waiting request may take it
         request = slot.request
+        if request is not None and request.started:
+            end = time.perf_counter()
+            first = request.first_token or end
+            self.seconds_prompt += first - request.started
+            self.seconds_generating += end - first
         if not self._plain and request is not None:
             self.step.end(slot.seq_id, request.n_generated)
         if self.cache is not None and request is not None and request.max_tokens > 0 and \

@@ -1,0 +1,219 @@
+"""The FastAPI application: routes in OpenAI's shapes over the engine, and the server's guards.
+
+``create_app(settings)`` wires the model pool, the guards (API keys, CORS, body size), the error handlers,
+the routes and the chat page.  Every generation goes through the model's engine (many requests share one
+context, up to ``n_seq_max`` at once; the rest wait in the engine's queue, up to ``max_queue``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from llama_cpp.engine import RequestScope
+
+from . import errors
+from .bridge import open_stream, run_call, sse_events
+from .guards import BodyLimit, require_api_key
+from .metrics import render_metrics
+from .models import Lease, ModelPool
+from .choices import chat_choice_streams, chat_choices
+from .requests import chat_arguments, completion_arguments, stream_shaper
+from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
+                      TokenizeRequest)
+from .settings import Settings
+
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(settings: Settings | None = None, pool: ModelPool | None = None) -> FastAPI:
+    """The server's app for ``settings`` (default: ``Settings()``, the environment's)."""
+    settings = settings or Settings()
+    server = settings.server()
+    pool = pool or ModelPool(settings.model_list(), server)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warm = asyncio.ensure_future(pool.warm_up())
+        try:
+            yield
+        finally:
+            warm.cancel()
+            pool.close()
+
+    app = FastAPI(title="llama_cpp server", version="0.4.0", lifespan=lifespan, root_path=server.root_path,
+                  docs_url=None, redoc_url=None)
+    app.state.pool = pool
+    app.state.settings = server
+    errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes)
+    if server.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins,
+                           allow_credentials=server.cors_allow_credentials, allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["Authorization", "X-Api-Key", "Content-Type"])
+    keyed = [Depends(require_api_key(server.api_keys))]
+    timeout = server.request_timeout
+
+    def scope() -> RequestScope:
+        return RequestScope(max_prompt_tokens=server.max_prompt_tokens)
+
+    async def answer(request: Request, lease: Lease, call: Callable[[], Any]) -> Any:
+        """A non-streamed answer; the lease is released when it is ready (or the client has gone)."""
+        try:
+            result = await run_call(request, call, timeout=timeout, scope=scope())
+        finally:
+            lease.release()
+        return Response(status_code=499) if result is None else result
+
+    async def stream(lease: Lease, make: Callable[[], Iterator[Any]],
+                     shape: Callable[[Any], list[Any]]) -> StreamingResponse:
+        """A streamed answer (SSE); the lease is held until the stream ends."""
+        request_scope = scope()
+        try:
+            items = await open_stream(make, timeout=timeout, scope=request_scope)
+            first = await items.__anext__()
+        except BaseException:
+            lease.release()
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for event in sse_events(first, items, shape, request_scope):
+                    yield event
+            finally:
+                lease.release()
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    # -- OpenAI routes ----------------------------------------------------------------------------
+    @app.post("/v1/completions", dependencies=keyed)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        if body.n > server.max_n:
+            raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        try:
+            kwargs = completion_arguments(body, llm)
+        except BaseException:
+            lease.release()
+            raise
+        if body.stream:
+            return await stream(lease, lambda: llm.create_completion(stream=True, **kwargs), stream_shaper(body))
+        return await answer(request, lease, lambda: llm.create_completion(**kwargs))
+
+    @app.post("/v1/chat/completions", dependencies=keyed)
+    async def chat_completions(body: ChatRequest, request: Request) -> Any:
+        if body.n > server.max_n:
+            raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        try:
+            calls = chat_arguments(body, llm)
+        except BaseException:
+            lease.release()
+            raise
+        if body.stream:
+            return await stream(lease, lambda: chat_choice_streams(llm, calls), stream_shaper(body))
+        return await answer(request, lease, lambda: chat_choices(llm, calls))
+
+    @app.post("/v1/embeddings", dependencies=keyed)
+    async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        if body.dimensions is not None and body.dimensions != llm.n_embd():
+            lease.release()
+            raise errors.APIError(400, f"dimensions={body.dimensions}: this model's embeddings have "
+                                  f"{llm.n_embd()} dimensions", param="dimensions")
+        return await answer(request, lease, lambda: llm.create_embedding(
+            body.input, model=lease.served.name, encoding_format=body.encoding_format))
+
+    @app.post("/v1/rerank", dependencies=keyed)
+    async def rerank(body: RerankRequest, request: Request) -> Any:
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        if not callable(getattr(llm, "rank", None)):
+            lease.release()
+            raise errors.APIError(400, f"model {lease.served.name!r} is not a reranker (load it with "
+                                  "embeddings: true and a rank pooling type)", param="model")
+        scores = await answer(request, lease, lambda: llm.rank(body.query, body.documents))
+        if isinstance(scores, Response):
+            return scores
+        order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[:body.top_n or len(scores)]
+        results = [{"index": i, "relevance_score": scores[i],
+                    **({"document": {"text": body.documents[i]}} if body.return_documents else {})} for i in order]
+        return {"object": "list", "model": lease.served.name, "results": results,
+                "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+
+    @app.get("/v1/models", dependencies=keyed)
+    async def models() -> Any:
+        created = int(app.state.started)
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
+                                            "owned_by": "llama_cpp"} for name in pool.names]}
+
+    # -- llama-server's and the reference's extras --------------------------------------------------
+    async def _tokenize(body: TokenizeRequest) -> tuple[list[int], Any]:
+        text = body.content if body.content is not None else body.input
+        if text is None:
+            raise errors.APIError(422, "content: required (the text to tokenize)", param="content")
+        lease = await pool.admit(body.model)
+        try:
+            llm = lease.llama
+            tokens = llm.tokenize(text.encode("utf-8"), add_bos=body.add_special, special=True)
+            return tokens, llm
+        finally:
+            lease.release()
+
+    @app.post("/tokenize", dependencies=keyed)
+    @app.post("/extras/tokenize", dependencies=keyed)
+    async def tokenize(body: TokenizeRequest) -> Any:
+        tokens, llm = await _tokenize(body)
+        if body.with_pieces:
+            return {"tokens": [{"id": t, "piece": llm.detokenize([t], special=True).decode("utf-8", "replace")}
+                               for t in tokens]}
+        return {"tokens": tokens}
+
+    @app.post("/extras/tokenize/count", dependencies=keyed)
+    async def tokenize_count(body: TokenizeRequest) -> Any:
+        tokens, _ = await _tokenize(body)
+        return {"count": len(tokens)}
+
+    @app.post("/detokenize", dependencies=keyed)
+    @app.post("/extras/detokenize", dependencies=keyed)
+    async def detokenize(body: DetokenizeRequest) -> Any:
+        lease = await pool.admit(body.model)
+        try:
+            text = lease.llama.detokenize(body.tokens, special=True).decode("utf-8", "replace")
+        finally:
+            lease.release()
+        return {"content": text, "text": text}
+
+    @app.get("/health")
+    async def health() -> Any:
+        if pool.ready:
+            return {"status": "ok"}
+        if pool.failure is not None:
+            return JSONResponse({"status": "error", "error": errors.error_body(503, pool.failure)["error"]},
+                                status_code=503)
+        return JSONResponse({"status": "loading model", "error": errors.error_body(503, "loading model")["error"]},
+                            status_code=503)
+
+    @app.get("/metrics", dependencies=keyed)
+    async def metrics() -> Any:
+        return PlainTextResponse(render_metrics(pool), media_type="text/plain; version=0.0.4")
+
+    if server.chat_page:
+        @app.get("/", include_in_schema=False)
+        async def chat_page() -> Any:
+            return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    app.state.started = time.time()
+    return app
+

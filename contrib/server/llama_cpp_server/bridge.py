@@ -1,0 +1,133 @@
+"""From the event loop to the engine and back: blocking library calls on worker threads, watched.
+
+Each call runs on a worker thread inside a :class:`~llama_cpp.engine.RequestScope`, so that the event loop
+can cancel the engine requests it made when the client disconnects or the request's time is up (the
+sequence is freed at the engine's next tick, not when the generation would have ended).  Streams are
+pulled on the worker thread and handed to the loop chunk by chunk; an error before the first chunk is an
+ordinary error response, one after it ends the stream with an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from llama_cpp.engine import RequestScope
+
+from .errors import APIError, error_body
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body was read already: only a disconnect can come)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_call(request: Request, call: Callable[[], Any], *, timeout: float, scope: RequestScope) -> Any:
+    """``call()`` on a worker thread, cancelled at a disconnect (then None) or after ``timeout`` (504)."""
+    def work() -> Any:
+        with scope.active():
+            return call()
+
+    task = asyncio.ensure_future(run_in_threadpool(work))
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if task in done:
+        return task.result()
+    scope.cancel()  # the engine frees the sequences; the worker returns soon after
+    await asyncio.wait({task})
+    if watch in done:
+        return None
+    raise APIError(504, f"the request took longer than request_timeout ({timeout:g} s) and was cancelled",
+                   code="timeout")
+
+
+class _End:
+    """What a stream's worker sends when it is done (``error`` set if it failed)."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float,
+                      scope: RequestScope) -> AsyncIterator[Any]:
+    """The items of ``make()``'s iterator, produced on a worker thread.  Awaiting the result's first item
+    raises what ``make`` raised before producing anything (a bad request is an error response, not a
+    stream); the iterator's ``aclose()`` (a disconnect) cancels the engine requests."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    deadline = time.monotonic() + timeout
+
+    def work() -> None:
+        with scope.active():
+            try:
+                for item in make():
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+                    if scope.cancelled:
+                        break
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which answers with it
+                loop.call_soon_threadsafe(queue.put_nowait, _End(exc))
+                return
+        loop.call_soon_threadsafe(queue.put_nowait, _End())
+
+    worker = asyncio.ensure_future(run_in_threadpool(work))
+
+    async def items() -> AsyncIterator[Any]:
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    raise APIError(504, f"the request took longer than request_timeout ({timeout:g} s) and was "
+                                   "cancelled", code="timeout") from None
+                if isinstance(item, _End):
+                    if item.error is not None:
+                        raise item.error
+                    return
+                yield item
+        finally:
+            scope.cancel()
+            await asyncio.wait({worker})
+
+    return items()
+
+
+def sse(data: Any) -> bytes:
+    """One server-sent event carrying ``data`` as JSON."""
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def sse_events(first: Any, rest: AsyncIterator[Any], shape: Callable[[Any], list[Any]],
+                     scope: RequestScope) -> AsyncIterator[bytes]:
+    """The SSE body: each item shaped into zero or more events, ``[DONE]`` at the end; an error after the
+    stream started is sent as an error event (the status line is gone by then).  However it ends (a
+    disconnect cancels the task that sends it), the scope's requests are cancelled first, synchronously."""
+    try:
+        for event in shape(first):
+            yield sse(event)
+        async for item in rest:
+            for event in shape(item):
+                yield sse(event)
+    except APIError as exc:
+        yield sse(error_body(exc.status, exc.message, exc.param, exc.code))
+    except ValueError as exc:
+        yield sse(error_body(400, str(exc)))
+    except Exception as exc:  # noqa: BLE001 - the client gets a clean end, the log the details
+        yield sse(error_body(500, f"internal error ({type(exc).__name__})"))
+    finally:
+        scope.cancel()
+        await rest.aclose()
+    yield DONE

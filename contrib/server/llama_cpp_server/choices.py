@@ -1,0 +1,92 @@
+"""A chat request with ``n`` choices: ``n`` chat calls at once (the engine batches them), merged.
+
+``create_chat_completion`` makes one choice; the server runs one call per choice, each on its own thread
+with a copy of the caller's context (so its engine requests join the caller's request scope and are
+cancelled with it), and merges the answers: choice ``j`` is call ``j``'s, usage counts the prompt once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+def _start(target: Callable[[], None]) -> threading.Thread:
+    """``target`` on a new thread, in a copy of this thread's context."""
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(target,), daemon=True)
+    thread.start()
+    return thread
+
+
+def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """One chat.completion with a choice per call in ``calls`` (``create_chat_completion``'s keywords)."""
+    if len(calls) == 1:
+        return llm.create_chat_completion(**calls[0])
+    results: list[Any] = [None] * len(calls)
+
+    def run(j: int) -> None:
+        try:
+            results[j] = llm.create_chat_completion(**calls[j])
+        except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
+            results[j] = exc
+
+    for thread in [_start(lambda j=j: run(j)) for j in range(len(calls))]:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    merged = dict(results[0])  # one response: the first call's id
+    merged["choices"] = [{**r["choices"][0], "index": j} for j, r in enumerate(results)]
+    completion = sum(r["usage"]["completion_tokens"] for r in results)
+    prompt = results[0]["usage"]["prompt_tokens"]
+    merged["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return merged
+
+
+def chat_choice_streams(llm: Any, calls: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The chunks of one streamed call per item of ``calls``, interleaved as they come, choice ``j``'s
+    chunks indexed ``j``; the calls' usage arrives once, in a last chunk without choices."""
+    if len(calls) == 1:
+        yield from llm.create_chat_completion(stream=True, **calls[0])
+        return
+    out: queue.Queue[Any] = queue.Queue()
+    finished = object()
+
+    def pump(j: int) -> None:
+        try:
+            for chunk in llm.create_chat_completion(stream=True, **calls[j]):
+                for choice in chunk.get("choices", []):
+                    choice["index"] = j
+                out.put(chunk)
+        except BaseException as exc:  # noqa: BLE001 - raised on the stream's thread
+            out.put(exc)
+        finally:
+            out.put(finished)
+
+    for j in range(len(calls)):
+        _start(lambda j=j: pump(j))
+    prompt = completion = 0
+    base: dict[str, Any] = {}
+    remaining = len(calls)
+    while remaining:
+        item = out.get()
+        if item is finished:
+            remaining -= 1
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        usage = item.pop("usage", None)
+        if usage is not None:
+            prompt, completion = usage["prompt_tokens"], completion + usage["completion_tokens"]
+        if not base:  # every chunk of the response carries the first call's id, as OpenAI's one stream does
+            base = {k: item[k] for k in ("id", "object", "created", "model") if k in item}
+        yield {**item, **base}
+    if base:
+        yield {**base, "choices": [],
+               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}}

@@ -1,0 +1,82 @@
+"""What stands between the network and the engine: API keys and the request body's size.
+
+Keys come as ``Authorization: Bearer <key>`` (what OpenAI's clients send) or ``X-Api-Key: <key>``, and are
+compared in constant time.  ``/health`` and the chat page are open (the page asks for a key itself).  A
+body over ``max_body_bytes`` is refused before it is read whole: by its ``Content-Length``, or while a
+chunked body streams in.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, Callable
+
+from fastapi import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import APIError, error_response
+
+
+def require_api_key(keys: list[str]) -> Callable[[Request], Any]:
+    """A FastAPI dependency: 401 unless the request carries one of ``keys`` (no keys: everything passes)."""
+    encoded = [k.encode("utf-8") for k in keys]
+
+    async def check(request: Request) -> None:
+        if not encoded:
+            return
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        candidate = given.encode("utf-8")
+        if not given or not any(hmac.compare_digest(candidate, key) for key in encoded):
+            raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key'",
+                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``max_bytes``."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, watched_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, f"the request body is larger than this server allows ({self.max_bytes} "
+                                  "bytes, max_body_bytes)", code="body_too_large")
+        await response(scope, receive, send)

@@ -1,0 +1,57 @@
+"""``/metrics`` in Prometheus' text format, under llama-server's names where they mean the same thing.
+
+Per loaded model (label ``model``): prompt tokens and predicted tokens with their seconds (an engine's
+requests summed: admission to first token, first token to the end), decodes, busy sequences per decode,
+requests processing and deferred (waiting for a sequence, in the engine or the server's queue).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import ModelPool
+
+# name -> (type, help); the names are llama-server's (tools/server), with its "llamacpp:" prefix
+_METRICS = {
+    "prompt_tokens_total": ("counter", "Number of prompt tokens processed."),
+    "prompt_seconds_total": ("counter", "Prompt process time"),
+    "tokens_predicted_total": ("counter", "Number of generation tokens processed."),
+    "tokens_predicted_seconds_total": ("counter", "Predict process time"),
+    "n_decode_total": ("counter", "Total number of llama_decode() calls"),
+    "n_busy_slots_per_decode": ("counter", "Average number of busy slots per llama_decode() call"),
+    "prompt_tokens_seconds": ("gauge", "Average prompt throughput in tokens/s."),
+    "predicted_tokens_seconds": ("gauge", "Average generation throughput in tokens/s."),
+    "requests_processing": ("gauge", "Number of requests processing."),
+    "requests_deferred": ("gauge", "Number of requests deferred."),
+}
+
+
+def _values(scheduler: Any, in_flight: int) -> dict[str, float]:
+    decodes = scheduler.n_decodes
+    busy = sum(1 for slot in scheduler.slots if scheduler.busy(slot))
+    prompt_s, predict_s = scheduler.seconds_prompt, scheduler.seconds_generating
+    return {
+        "prompt_tokens_total": scheduler.n_prompt_tokens,
+        "prompt_seconds_total": prompt_s,
+        "tokens_predicted_total": scheduler.n_generated_tokens,
+        "tokens_predicted_seconds_total": predict_s,
+        "n_decode_total": decodes,
+        "n_busy_slots_per_decode": scheduler.n_sequences_decoded / decodes if decodes else 0.0,
+        "prompt_tokens_seconds": scheduler.n_prompt_tokens / prompt_s if prompt_s else 0.0,
+        "predicted_tokens_seconds": scheduler.n_generated_tokens / predict_s if predict_s else 0.0,
+        "requests_processing": busy,
+        "requests_deferred": max(0, in_flight - busy),
+    }
+
+
+def render_metrics(pool: ModelPool) -> str:
+    """The exposition text for every loaded model."""
+    samples = [(served.name, _values(served.llama.scheduler, served.in_flight)) for served in pool.loaded]
+    lines = []
+    for name, (kind, help_text) in _METRICS.items():
+        lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}"]
+        for model, values in samples:
+            label = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            value = values[name]
+            lines.append(f'llamacpp:{name}{{model="{label}"}} {value if isinstance(value, int) else repr(float(value))}')
+    return "\n".join(lines) + "\n"

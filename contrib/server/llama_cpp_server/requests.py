@@ -1,0 +1,86 @@
+"""Request bodies to the library's keywords, and library chunks to OpenAI's streamed events.
+
+What the library checks (sampler values, prompts, tools) it checks; here only the shapes that JSON cannot
+carry are converted: ``logit_bias`` keys are token ids written as strings, ``grammar`` is GBNF text, and
+OpenAI's ``max_completion_tokens`` is ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from llama_cpp.llama_grammar import LlamaGrammar
+
+from .errors import APIError
+from .schemas import ChatRequest, CompletionRequest, SamplerFields
+
+_SAMPLER_FIELDS = tuple(SamplerFields.model_fields)
+
+
+def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:
+    """The sampler fields the request set, in the library's types."""
+    kwargs = {name: getattr(body, name) for name in _SAMPLER_FIELDS if getattr(body, name) is not None}
+    if "logit_bias" in kwargs:
+        bias: dict[int, float] = {}
+        for key, value in kwargs["logit_bias"].items():
+            try:
+                token = int(key)
+            except ValueError:
+                raise APIError(400, f"logit_bias: {key!r} is not a token id", param="logit_bias") from None
+            if not 0 <= token < llm.n_vocab():
+                raise APIError(400, f"logit_bias: token {token} is outside the vocabulary (0..{llm.n_vocab() - 1})",
+                               param="logit_bias")
+            bias[token] = value
+        kwargs["logit_bias"] = bias
+    if "grammar" in kwargs:
+        try:
+            kwargs["grammar"] = LlamaGrammar.from_string(kwargs["grammar"], verbose=False)
+        except ValueError as exc:
+            raise APIError(400, f"grammar: {exc}", param="grammar") from None
+    for name in ("dry_seq_breakers", "grammar_triggers", "samplers", "extra_samplers"):
+        if name in kwargs:
+            kwargs[name] = tuple(kwargs[name])
+    return kwargs
+
+
+def completion_arguments(body: CompletionRequest, llm: Any) -> dict[str, Any]:
+    """``create_completion``'s keywords for a /v1/completions body (``stream`` is the caller's)."""
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, "best_of must equal n here (every choice is returned)", param="best_of")
+    kwargs = _sampler_arguments(body, llm)
+    kwargs.update(prompt=body.prompt, suffix=body.suffix, max_tokens=body.max_tokens or None, echo=body.echo,
+                  logprobs=body.logprobs, stop=body.stop, n=body.n, model=body.model)
+    return kwargs
+
+
+def chat_arguments(body: ChatRequest, llm: Any) -> list[dict[str, Any]]:
+    """``create_chat_completion``'s keywords for a /v1/chat/completions body, one set per choice (``n``):
+    choice ``j`` samples with ``seed + j``, as the completions of one prompt do."""
+    kwargs = _sampler_arguments(body, llm)
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    kwargs.update(messages=body.messages, functions=body.functions, function_call=body.function_call,
+                  tools=body.tools, tool_choice=body.tool_choice, response_format=body.response_format,
+                  logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
+                  stop=body.stop, model=body.model, chat_template_kwargs=body.chat_template_kwargs,
+                  add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill)
+    calls = [kwargs]
+    seed = kwargs.get("seed")
+    for j in range(1, body.n):
+        calls.append({**kwargs, "seed": None if seed is None or seed < 0 else (seed + j) & 0xFFFFFFFF})
+    return calls
+
+
+def stream_shaper(body: CompletionRequest | ChatRequest) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+    """The SSE events of one library chunk: the chunk without ``usage``, and with
+    ``stream_options.include_usage`` the usage as a last chunk of its own with no choices (OpenAI's shape)."""
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def shape(chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        usage = chunk.pop("usage", None)
+        events = [chunk] if chunk.get("choices") else []
+        if usage is not None and include_usage:
+            events.append({**{k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk},
+                           "choices": [], "usage": usage})
+        return events
+
+    return shape

@@ -1,0 +1,137 @@
+"""The request bodies, in OpenAI's shapes plus every sampler parameter the core has.
+
+Unknown fields are refused (422 naming the field), so a typo never becomes a silently ignored setting;
+the fields OpenAI's clients send that change nothing here (``user``, ``store``, ``metadata``...) are
+accepted.  Values are checked twice: types and plain bounds here, meaning by the library (a ``ValueError``
+that becomes a 400 naming the parameter).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Prompt = Union[str, list[str], list[int], list[list[int]]]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplerFields(_Body):
+    """The core's sampler parameters (``llama_cpp.sampling.SamplingParams``); None: the library's default."""
+
+    temperature: float | None = Field(None, ge=0.0)
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    min_keep: int | None = Field(None, ge=0)
+    top_n_sigma: float | None = None
+    dynatemp_range: float | None = None
+    dynatemp_exponent: float | None = None
+    penalty_last_n: int | None = None
+    repeat_penalty: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    mirostat_mode: int | None = Field(None, ge=0, le=2)
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    adaptive_target: float | None = None
+    adaptive_decay: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_seq_breakers: list[str] | None = None
+    logit_bias: dict[str, float] | None = Field(None, description="token id (as a string, OpenAI's shape) -> bias")
+    ignore_eos: bool | None = None
+    grammar: str | None = Field(None, description="a GBNF grammar")
+    grammar_lazy: bool | None = None
+    grammar_triggers: list[Union[str, int]] | None = None
+    reasoning_budget: int | None = None
+    reasoning_start: str | None = None
+    reasoning_end: str | None = None
+    reasoning_budget_message: str | None = None
+    reasoning_start_in_prompt: bool | None = None
+    reasoning_start_max_tokens: int | None = None
+    seed: int | None = None
+    samplers: list[str] | None = None
+    extra_samplers: list[str] | None = None
+
+
+class _Generation(SamplerFields):
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=0, description="0 or none: up to the end of the context")
+    stop: Union[str, list[str], None] = None
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+
+
+class CompletionRequest(_Generation):
+    prompt: Prompt = ""
+    suffix: str | None = None
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+    best_of: int | None = Field(None, ge=1)
+
+
+class ChatRequest(_Generation):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: Union[str, dict[str, Any], None] = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    assistant_prefill: bool = False
+    reasoning_effort: str | None = None
+    modalities: list[str] | None = None
+
+
+class EmbeddingRequest(_Body):
+    input: Prompt
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+
+class RerankRequest(_Body):
+    query: str
+    documents: list[str] = Field(min_length=1)
+    model: str | None = None
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool = True
+
+
+class TokenizeRequest(_Body):
+    """``/tokenize`` (llama-server's ``content``) and ``/extras/tokenize`` (the reference's ``input``)."""
+
+    content: str | None = None
+    input: str | None = None
+    model: str | None = None
+    add_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Body):
+    tokens: list[int]
+    model: str | None = None
