@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import nox
 
 nox.options.sessions = ["tests"]
@@ -23,11 +25,21 @@ def _install(session: nox.Session, extras: str = "") -> None:
     session.install(_FRESH, f".{extras}")
 
 
+def _ensure_chromium(session: nox.Session) -> None:
+    """Debian's Chromium, which the chat page's browser test drives through Playwright (no browser download:
+    the test points Playwright at this executable)."""
+    if shutil.which("chromium"):
+        return
+    session.run("sh", "-c", "apt-get update -q && apt-get install -y -q --no-install-recommends chromium",
+                external=True, silent=True)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Install everything (and the example third-party plugins), build llama.cpp's oracle tools, run pytest."""
     _install(session, "[test]")
     session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative")
+    _ensure_chromium(session)
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs)
 

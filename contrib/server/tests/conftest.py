@@ -1,0 +1,78 @@
+"""Servers on loopback for the tests: the real app under uvicorn, in a thread, on a free port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from llama_cpp_server import Settings, create_app
+
+from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
+
+# a template with a system turn, tools and a generation prompt: enough for chat, tools and JSON tests
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(settings: Settings, *, wait_ready: bool = True) -> Iterator[str]:
+    """The app for ``settings`` served on 127.0.0.1 (a free port); yields its base URL, stops it after."""
+    port = free_port()
+    app = create_app(settings.model_copy(update={"host": "127.0.0.1", "port": port}))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            status = httpx.get(f"{base}/health", timeout=2).status_code
+            if status == 200 or (status == 503 and not wait_ready):
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    else:
+        server.should_exit = True
+        raise RuntimeError("the test server did not become ready")
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama with a small chat template (F32, fast, exact greedy text)."""
+    return write_tiny_llama(tmp_path_factory.mktemp("server-model") / "tiny-chat.gguf",
+                            TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
+
+
+@pytest.fixture
+def serve(chat_model_path: Path) -> Callable[..., Any]:
+    """``serve(**settings)`` -> a context manager giving the base URL of a server of the tiny chat model
+    (``n_ctx=2048``, ``n_seq_max=4`` unless given)."""
+
+    def make(**overrides: Any) -> Any:
+        values: dict[str, Any] = {"model": str(chat_model_path), "model_alias": "tiny", "n_ctx": 2048,
+                                  "n_seq_max": 4, "n_threads": 2, "n_threads_batch": 2}
+        values.update(overrides)
+        return running(Settings(**values))
+
+    return make
