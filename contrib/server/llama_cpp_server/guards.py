@@ -34,47 +34,48 @@ def require_api_key(keys: list[str]) -> Callable[[Request], Any]:
     return check
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
-    """ASGI middleware: 413 for a request body over ``max_bytes``."""
+    """ASGI middleware: 413 for a request body over ``max_bytes``.
+
+    The body is read here (the routes read it whole anyway) and handed on; reading stops at the limit, so
+    a huge or endless chunked body costs at most ``max_bytes``.  Later ``receive`` calls reach the client,
+    so a disconnect is still seen.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
-        seen = 0
-        started = False
-
-        async def counted_receive() -> Message:
-            nonlocal seen
+        parts, size, more = [], 0, True
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted_receive, watched_send)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":  # the client went away before sending it all
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
                 await self._refuse(scope, receive, send)
+                return
+            parts.append(body)
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(parts), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(413, f"the request body is larger than this server allows ({self.max_bytes} "
