@@ -20,7 +20,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from llama_cpp.engine import RequestScope
 
 from . import errors
-from .bridge import open_stream, run_call, sse_events
+from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, require_api_key
 from .metrics import render_metrics
 from .models import Lease, ModelPool
@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
     settings = settings or Settings()
     server = settings.server()
     pool = pool or ModelPool(settings.model_list(), server)
+    workers = Workers()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -46,7 +47,10 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
             yield
         finally:
             warm.cancel()
-            pool.close()
+            if await workers.stop(timeout=10.0):
+                pool.close()
+            else:  # freeing a model under a decoding thread would crash the process: the exit frees it
+                errors.log.warning("requests still running at shutdown: the models are left loaded")
 
     app = FastAPI(title="llama_cpp server", version="0.4.0", lifespan=lifespan, root_path=server.root_path,
                   docs_url=None, redoc_url=None)
@@ -67,7 +71,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
     async def answer(request: Request, lease: Lease, call: Callable[[], Any]) -> Any:
         """A non-streamed answer; the lease is released when it is ready (or the client has gone)."""
         try:
-            result = await run_call(request, call, timeout=timeout, scope=scope())
+            result = await run_call(request, call, timeout=timeout, scope=scope(), workers=workers)
         finally:
             lease.release()
         return Response(status_code=499) if result is None else result
@@ -77,7 +81,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         """A streamed answer (SSE); the lease is held until the stream ends."""
         request_scope = scope()
         try:
-            items = await open_stream(make, timeout=timeout, scope=request_scope)
+            items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers)
             first = await items.__anext__()
         except BaseException:
             lease.release()

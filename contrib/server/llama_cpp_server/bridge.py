@@ -10,7 +10,9 @@ ordinary error response, one after it ends the stream with an error event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -22,6 +24,44 @@ from llama_cpp.engine import RequestScope
 from .errors import APIError, error_body
 
 
+class Workers:
+    """The request scopes active on worker threads.  A model must not be freed while a thread still decodes
+    with it, and at shutdown uvicorn cancels the tasks of open requests without waiting for their threads:
+    :meth:`stop` cancels the scopes and waits for the threads to leave the engine."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: list[RequestScope] = []
+        self._stopped = False
+
+    @contextlib.contextmanager
+    def active(self, scope: RequestScope) -> Iterator[None]:
+        """On a worker thread: ``scope`` active, counted until the block ends (503 once stopping)."""
+        with self._lock:
+            if self._stopped:
+                raise APIError(503, "the server is shutting down")
+            self._running.append(scope)
+        try:
+            with scope.active():
+                yield
+        finally:
+            with self._lock:
+                self._running.remove(scope)
+
+    async def stop(self, timeout: float) -> bool:
+        """Cancel every active scope, refuse new ones, and wait for their threads; False if some are still
+        running after ``timeout`` seconds."""
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for scope in running:
+            scope.cancel()
+        deadline = time.monotonic() + timeout
+        while self._running and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return not self._running
+
+
 async def _disconnected(request: Request) -> None:
     """Returns when the client has gone (the body was read already: only a disconnect can come)."""
     while True:
@@ -30,10 +70,11 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def run_call(request: Request, call: Callable[[], Any], *, timeout: float, scope: RequestScope) -> Any:
+async def run_call(request: Request, call: Callable[[], Any], *, timeout: float, scope: RequestScope,
+                   workers: Workers) -> Any:
     """``call()`` on a worker thread, cancelled at a disconnect (then None) or after ``timeout`` (504)."""
     def work() -> Any:
-        with scope.active():
+        with workers.active(scope):
             return call()
 
     task = asyncio.ensure_future(run_in_threadpool(work))
@@ -59,8 +100,8 @@ class _End:
         self.error = error
 
 
-async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float,
-                      scope: RequestScope) -> AsyncIterator[Any]:
+async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scope: RequestScope,
+                      workers: Workers) -> AsyncIterator[Any]:
     """The items of ``make()``'s iterator, produced on a worker thread.  Awaiting the result's first item
     raises what ``make`` raised before producing anything (a bad request is an error response, not a
     stream); the iterator's ``aclose()`` (a disconnect) cancels the engine requests."""
@@ -69,15 +110,15 @@ async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float,
     deadline = time.monotonic() + timeout
 
     def work() -> None:
-        with scope.active():
-            try:
+        try:
+            with workers.active(scope):
                 for item in make():
                     loop.call_soon_threadsafe(queue.put_nowait, item)
                     if scope.cancelled:
                         break
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which answers with it
-                loop.call_soon_threadsafe(queue.put_nowait, _End(exc))
-                return
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop, which answers with it
+            loop.call_soon_threadsafe(queue.put_nowait, _End(exc))
+            return
         loop.call_soon_threadsafe(queue.put_nowait, _End())
 
     worker = asyncio.ensure_future(run_in_threadpool(work))
