@@ -81,6 +81,9 @@ async def run_call(request: Request, call: Callable[[], Any], *, timeout: float,
     watch = asyncio.ensure_future(_disconnected(request))
     try:
         done, _ = await asyncio.wait({task, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        scope.cancel()  # the server cancelled the request (Ray Serve does when the client goes away)
+        raise
     finally:
         watch.cancel()
     if task in done:
