@@ -64,5 +64,5 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Ratios of llama_cpp's speed to llama.cpp's own tools, same source and threads."""
     _install(session, "[test]")
-    session.run("python", "-m", "llama_cpp_native", "build-tools")
+    session.run("python", "-m", "llama_cpp_native", "build-tools", "--server")  # llama-server: case (f)
     session.run("python", "benchmarks/bench.py", *session.posargs)

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 
-def _build_tools() -> Path:
-    """Build llama.cpp's tools in the cached build directory of this package.
+def _build_tools(server: bool) -> Path:
+    """Build llama.cpp's tools in the cached build directory of this package (with ``server``, also
+    llama-server).
 
     The directory (and so the libraries the tools link) is the one this
     package's libraries came from; if the cache was cleaned it is configured
@@ -30,19 +31,20 @@ def _build_tools() -> Path:
             pinned=BUILD_INFO["pinned_source"],
         )
     build = configure(source, list(BUILD_INFO["cmake_args"]))
-    return build_tools(build)
+    return build_tools(build, server=server)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llama_cpp_native", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="the llama.cpp build, its CMake arguments and system info")
-    sub.add_parser("build-tools", help="build llama-completion, llama-bench, ... next to the libraries")
+    tools = sub.add_parser("build-tools", help="build llama-completion, llama-bench, ... next to the libraries")
+    tools.add_argument("--server", action="store_true", help="also build llama-server (the benchmark's oracle)")
     sub.add_parser("tools-dir", help="print the folder of llama.cpp's tools (empty if not built)")
     args = parser.parse_args(argv)
 
     if args.command == "build-tools":
-        print(_build_tools())
+        print(_build_tools(args.server))
         return 0
 
     import llama_cpp_native as native

@@ -30,6 +30,11 @@ LIBRARY_TARGETS = ("llama", "mtmd", "llama-common")
 # llama.cpp's own programs used as oracles of correctness and speed.
 TOOL_TARGETS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-embedding", "llama-tokenize",
                 "llama-speculative-simple", "llama-lookup", "llama-lookup-create", "llama-mtmd-cli")
+# llama.cpp's server, the benchmark's oracle for ours: built only on request (``build-tools --server``), since
+# it is the slowest tool to compile and the test suite does not need it.
+SERVER_TARGETS = ("llama-server",)
+# What configuring the server's folder takes: its web UI stays out (no npm, no download at build time).
+_SERVER_OPTIONS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF")
 
 # Options that keep the configure step to what a library build needs; the
 # tools and examples are configured (cheap) but only built on request.
@@ -212,7 +217,20 @@ def build_libraries(build: Build) -> list[Path]:
     return build.libraries()
 
 
-def build_tools(build: Build) -> Path:
-    """Build llama.cpp's oracle tools next to the libraries; returns their folder."""
-    build_targets(build, TOOL_TARGETS)
+def _server_configured(build: Build) -> bool:
+    cache = build.directory / "CMakeCache.txt"
+    return cache.exists() and "LLAMA_BUILD_SERVER:BOOL=ON" in cache.read_text(errors="replace")
+
+
+def build_tools(build: Build, server: bool = False) -> Path:
+    """Build llama.cpp's oracle tools next to the libraries; returns their folder.  With ``server``, also
+    ``llama-server``: the build folder is configured again with the server's folder switched on, which
+    changes no library (only tools/ reads the switch), so nothing already built is compiled again."""
+    targets = TOOL_TARGETS
+    if server:
+        if not _server_configured(build):
+            _run([_cmake_exe(), "-S", str(build.source.path), "-B", str(build.directory), *_SERVER_OPTIONS],
+                 build.directory / "build.log")
+        targets += SERVER_TARGETS
+    build_targets(build, targets)
     return build.bin_dir
