@@ -228,6 +228,14 @@ def test_llama_embedding_output_formats(minilm_by_pooling):
     assert array == [d["embedding"] for d in response["data"]]
     with pytest.raises(ValueError, match="output_format must be one of 'json', 'json\\+', 'array'"):
         llm.create_embedding("x", output_format="csv")
+    # Llama.create_embedding's encoding_format too (a server calls both classes alike)
+    packed = llm.create_embedding(["hello", "world", "hello"], output_format="json+", encoding_format="base64")
+    for plain, item in zip(plus["data"], packed["data"]):
+        assert np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4").tolist() == pytest.approx(
+            plain["embedding"], abs=1e-6)
+    assert packed["cosineSimilarity"] == plus["cosineSimilarity"]
+    with pytest.raises(ValueError, match="encoding_format must be one of 'float', 'base64'"):
+        llm.create_embedding("x", encoding_format="int8")
 
 
 def test_packing_follows_idle_sequences_and_batch(minilm_model_path):

@@ -180,13 +180,10 @@ class EmbeddingAPI:
         little-endian float32 bytes, as OpenAI does (a token matrix row after
         row, a score as one float).
         """
-        if encoding_format not in ENCODING_FORMATS:
-            raise ValueError(f"encoding_format must be one of {', '.join(map(repr, ENCODING_FORMATS))}, "
-                             f"got {encoding_format!r}")
+        check_encoding_format(encoding_format)
         results, _single, count = self._embed_outputs(input, normalize, truncate)
-        data = [{"object": "embedding",
-                 "embedding": encode_base64(value) if encoding_format == "base64" else value,
-                 "index": i} for i, value in enumerate(results)]
+        data = [{"object": "embedding", "embedding": encode_embedding(value, encoding_format), "index": i}
+                for i, value in enumerate(results)]
         return {"object": "list", "data": data, "model": model if model is not None else self.model_path,
                 "usage": {"prompt_tokens": count, "total_tokens": count}}
 
@@ -194,3 +191,15 @@ class EmbeddingAPI:
 def encode_base64(value: Embedded) -> str:
     """OpenAI's ``encoding_format="base64"``: the float32 values, little-endian, base64-encoded."""
     return base64.b64encode(np.asarray(value, dtype="<f4").tobytes()).decode("ascii")
+
+
+def check_encoding_format(encoding_format: str) -> None:
+    """ValueError unless ``encoding_format`` is one of OpenAI's (checked before anything is embedded)."""
+    if encoding_format not in ENCODING_FORMATS:
+        raise ValueError(f"encoding_format must be one of {', '.join(map(repr, ENCODING_FORMATS))}, "
+                         f"got {encoding_format!r}")
+
+
+def encode_embedding(value: Embedded, encoding_format: str) -> Embedded | str:
+    """One embedding in a response: as is (``"float"``) or :func:`encode_base64`'s text (``"base64"``)."""
+    return encode_base64(value) if encoding_format == "base64" else value

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from llama_cpp_native import lib
 
-from ._embedding import EmbeddingInput
+from ._embedding import EmbeddingInput, check_encoding_format, encode_embedding
 from ._rerank import rerank_template, rerank_tokens
 from .embd_normalize import (NORM_MODE_EUCLIDEAN, NORM_MODE_MAX_INT16, NORM_MODE_NONE, NORM_MODE_PNORM,
                              NORM_MODE_TAXICAB, cosine_similarity)
@@ -101,23 +101,27 @@ class LlamaEmbedding(Llama):
 
     def create_embedding(self, input: EmbeddingInput, model: str | None = None,
                          normalize: bool | int = NORM_MODE_EUCLIDEAN, output_format: str = "json",
-                         truncate: bool = True) -> Any:
+                         truncate: bool = True, encoding_format: str = "float") -> Any:
         """The embeddings in one of llama-embedding's ``--embd-output-format`` shapes.
 
         ``"json"``: OpenAI's response (``usage`` with ``completion_tokens: 0``);
         ``"json+"``: the same plus ``"cosineSimilarity"``, the matrix of the
         cosine similarity of every pair of vectors (with two vectors or more);
-        ``"array"``: the list of vectors alone.
+        ``"array"``: the list of vectors alone.  ``encoding_format`` is
+        :meth:`Llama.create_embedding`'s, for the JSON shapes' ``data`` (an
+        OpenAI server calls either class the same way).
         """
         if output_format not in OUTPUT_FORMATS:
             raise ValueError(f"output_format must be one of {', '.join(map(repr, OUTPUT_FORMATS))}, "
                              f"got {output_format!r}")
+        check_encoding_format(encoding_format)
         results, _single, count = self._embed_outputs(input, normalize, truncate)
         if output_format == "array":
             return results
         response: dict[str, Any] = {
             "object": "list",
-            "data": [{"object": "embedding", "embedding": value, "index": i} for i, value in enumerate(results)],
+            "data": [{"object": "embedding", "embedding": encode_embedding(value, encoding_format), "index": i}
+                     for i, value in enumerate(results)],
             "model": model if model is not None else self.model_path,
             "usage": {"prompt_tokens": count, "completion_tokens": 0, "total_tokens": count},
         }
