@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            kwargs = completion_arguments(body, llm)
+            kwargs = completion_arguments(body, llm, lease.served.name)
         except BaseException:
             lease.release()
             raise
@@ -120,7 +120,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            calls = chat_arguments(body, llm)
+            calls = chat_arguments(body, llm, lease.served.name)
         except BaseException:
             lease.release()
             raise
@@ -132,6 +132,10 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
+        if not lease.served.settings.embeddings:
+            lease.release()
+            raise errors.APIError(400, f"model {lease.served.name!r} does not serve embeddings (load it with "
+                                  "embeddings: true)", param="model")
         if body.dimensions is not None and body.dimensions != llm.n_embd():
             lease.release()
             raise errors.APIError(400, f"dimensions={body.dimensions}: this model's embeddings have "

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from starlette.concurrency import run_in_threadpool
 
 from llama_cpp import Llama
+from llama_cpp.llama_embedding import LlamaEmbedding
 
 from .errors import APIError
 from .settings import ModelSettings, ServerSettings
@@ -50,16 +51,19 @@ def llama_kwargs(model: ModelSettings, server: ServerSettings) -> dict[str, Any]
 
 
 def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
-    """Load ``model`` (its file, a Hub download, or the default model)."""
+    """Load ``model`` (its file, a Hub download, or the default model).  An ``embeddings`` model is a
+    ``LlamaEmbedding``: unit-length vectors as OpenAI's and llama-server's embeddings are, and ``rank`` for a
+    reranker (/v1/rerank)."""
     kwargs = llama_kwargs(model, server)
+    cls = LlamaEmbedding if model.embeddings else Llama
     if model.hf_repo:
-        return Llama.from_pretrained(model.hf_repo, model.hf_file, **kwargs)
+        return cls.from_pretrained(model.hf_repo, model.hf_file, **kwargs)
     path = model.model
     if path is None:
         from llama_cpp.default_model import smollm2_path
 
         path = str(smollm2_path(quiet=not model.verbose))
-    return Llama(path, **kwargs)
+    return cls(path, **kwargs)
 
 
 class Served:
