@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -64,15 +65,50 @@ def chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
 
 
+def tiny_settings(model_path: Path, **overrides: Any) -> Settings:
+    """Settings of a server of the tiny chat model at ``model_path``, called "tiny" (``n_ctx=2048``,
+    ``n_seq_max=4`` unless given)."""
+    values: dict[str, Any] = {"model": str(model_path), "model_alias": "tiny", "n_ctx": 2048, "n_seq_max": 4,
+                              "n_threads": 2, "n_threads_batch": 2}
+    values.update(overrides)
+    return Settings(**values)
+
+
 @pytest.fixture
 def serve(chat_model_path: Path) -> Callable[..., Any]:
     """``serve(**settings)`` -> a context manager giving the base URL of a server of the tiny chat model
-    (``n_ctx=2048``, ``n_seq_max=4`` unless given)."""
+    (:func:`tiny_settings`)."""
 
     def make(**overrides: Any) -> Any:
-        values: dict[str, Any] = {"model": str(chat_model_path), "model_alias": "tiny", "n_ctx": 2048,
-                                  "n_seq_max": 4, "n_threads": 2, "n_threads_batch": 2}
-        values.update(overrides)
-        return running(Settings(**values))
+        return running(tiny_settings(chat_model_path, **overrides))
 
     return make
+
+
+def metric(base_url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    """``llamacpp:<name>`` of the served model, read from ``/metrics``."""
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=5).text
+    found = re.search(rf'^llamacpp:{re.escape(name)}{{model="[^"]*"}} (\S+)$', text, re.MULTILINE)
+    assert found, f"no llamacpp:{name} in /metrics:\n{text}"
+    return float(found.group(1))
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout:g} s")
+        time.sleep(0.02)
+
+
+def assert_error(response: httpx.Response, status: int, *, param: str | None = None, says: str = "") -> dict:
+    """``response`` is OpenAI's error object with ``status``; returns the error."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Traceback" not in error["message"] and says in error["message"], error
+    if param is not None:
+        assert error["param"] == param, error
+    return error

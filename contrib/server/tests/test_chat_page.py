@@ -9,14 +9,12 @@ the server frees the sequence), API keys, and that the page asks nothing of any 
 from __future__ import annotations
 
 import json
-import re
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
+from conftest import metric, wait_until
 from playwright.sync_api import Browser, Locator, Page, Request, expect, sync_playwright
 
 # how long the page may take to show what a test waits for (the tiny model is fast, but a loaded machine
@@ -98,22 +96,6 @@ def open_page(chromium: Browser) -> Iterator[Callable[[str], ChatPage]]:
             chat.close()
 
 
-def processing(base_url: str) -> int:
-    """``llamacpp:requests_processing`` of the tiny model, from ``/metrics``."""
-    text = httpx.get(f"{base_url}/metrics", timeout=5).text
-    match = re.search(r'^llamacpp:requests_processing\{model="tiny"\} (\d+)', text, re.M)
-    assert match, text
-    return int(match.group(1))
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_MS / 1000) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_the_page_asks_only_its_server(serve: Callable[..., Any], open_page: Callable[[str], ChatPage]) -> None:
     """Everything is inline: loading the page fetches the page and the model list, nothing else."""
     with serve() as base_url:
@@ -161,12 +143,13 @@ def test_stop_aborts_the_generation(serve: Callable[..., Any], open_page: Callab
 
         expect(chat.assistant()).not_to_be_empty()
         expect(chat.page.get_by_role("button", name="Stop")).to_be_enabled()
-        assert processing(base_url) == 1
+        assert metric(base_url, "requests_processing") == 1
         chat.page.get_by_role("button", name="Stop").click()
 
         chat.expect_idle()
         expect(chat.page.locator(".message.assistant .note")).to_have_text("(stopped)")
-        wait_for(lambda: processing(base_url) == 0, "the server to cancel the generation")
+        wait_until(lambda: metric(base_url, "requests_processing") == 0, "the server cancels the generation",
+                   timeout=WAIT_MS / 1000)
         stopped = chat.assistant().text_content()
         assert "max_tokens" not in chat.chat_bodies[0]
         chat.page.wait_for_timeout(300)

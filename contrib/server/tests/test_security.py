@@ -8,21 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import assert_error
 from llama_cpp_server import Settings
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-
-
-def assert_error(response: httpx.Response, status: int, *, param: str | None = None, says: str = "") -> dict:
-    """``response`` is OpenAI's error object with ``status``; returns the error."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert "Traceback" not in error["message"] and says in error["message"], error
-    if param is not None:
-        assert error["param"] == param, error
-    return error
 
 
 def test_api_keys_from_bearer_or_x_api_key(serve: Callable[..., Any]) -> None:

@@ -9,21 +9,13 @@ decoding thread crashed the process (SIGSEGV in ``llama_decode``).
 from __future__ import annotations
 
 import logging
-import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-
-
-def _processing(base_url: str) -> int:
-    text = httpx.get(f"{base_url}/metrics", timeout=5).text
-    match = re.search(r'^llamacpp:requests_processing\{model="tiny"\} (\d+)', text, re.M)
-    assert match, text
-    return int(match.group(1))
+from conftest import metric, wait_until
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
@@ -46,10 +38,7 @@ def test_stopping_with_a_generation_running(serve: Callable[..., Any], caplog: p
     with serve(n_ctx=8192, n_seq_max=1) as base_url:
         thread = threading.Thread(target=client, args=(base_url,), daemon=True)
         thread.start()
-        deadline = time.monotonic() + 15
-        while _processing(base_url) != 1:
-            assert time.monotonic() < deadline, "the generation did not start"
-            time.sleep(0.02)
+        wait_until(lambda: metric(base_url, "requests_processing") == 1, "the generation starts", timeout=15)
     thread.join(10)
     assert ended, "the client was neither answered nor cut off"
     assert "requests still running at shutdown" not in caplog.text  # the models were freed, after the threads
