@@ -8,6 +8,9 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
 (d) tiny model, penalties + DRY + typical + XTC + top-n-sigma + dynamic temperature on top of (b)
 (e) SmolLM2, 8 concurrent streamed greedy requests (64-token prompts, 128 tokens each) on one Llama
     with n_seq_max=8, aggregate generation rate vs llama-batched-bench -npl 8 -npp 64 -ntg 128
+(f) SmolLM2 served: the load test of llama_cpp_server.loadtest (64 streamed chat requests, 8 at a time,
+    128 tokens each) against our server (n_seq_max=8) and llama-server (-np 8), each in its own process
+    with the same threads and context: aggregate generation rate (completion tokens over the run's time)
 (g) all-MiniLM-L6-v2, 512 short sentences embedded (LlamaEmbedding.embed, unit length) vs
     llama-embedding on the same file of sentences, same threads and batch (512): sentences per second
 (i) SmolLM2, greedy, 256 tokens of a prompt whose answer copies code it contains: every n-gram
@@ -17,13 +20,15 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
 (h) SmolLM2, time to first token of a 1500-token prompt: a prompt cache hit (RAM, and disk read by a
     fresh cache object, as a new process would) against evaluating it cold; the bar is 10x.
 
-Run with ``nox -s bench``.
+Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise g, h, i).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +36,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
+import httpx
 import llama_cpp_native
 
 from llama_cpp import Llama
@@ -47,6 +54,8 @@ def _tool(name: str) -> str:
     folder = llama_cpp_native.tools_dir()
     if folder is None:
         sys.exit("llama.cpp's tools are not built: python -m llama_cpp_native build-tools")
+    if not (folder / name).exists():
+        sys.exit(f"{name} is not built: python -m llama_cpp_native build-tools --server")
     return str(folder / name)
 
 
@@ -249,6 +258,96 @@ def speculative_case(smol: Path) -> None:
     model_drafters_on_random_weights()
 
 
+SERVER_REQUESTS, SERVER_CONCURRENCY, SERVER_TOKENS, SERVER_CTX = 64, 8, 128, 2048
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(command: list[str], url: str) -> Iterator[None]:
+    """``command`` (a server listening at ``url``) running until the block ends, once /health says ready."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    sys.exit(f"{command[0]} did not start:\n{log.read().decode(errors='replace')[-3000:]}")
+                try:
+                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _server_commands(model: Path, port: int) -> dict[str, list[str]]:
+    """Our server and llama-server with the same model, context, sequences, batch sizes and threads."""
+    return {
+        "ours": [sys.executable, "-m", "llama_cpp_server", "--model", str(model), "--model_alias", "smollm2",
+                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(SERVER_CTX),
+                 "--n_seq_max", str(SERVER_CONCURRENCY), "--n_batch", "2048", "--n_ubatch", "512",
+                 "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--chat_page", "false"],
+        "native": [_tool("llama-server"), "-m", str(model), "-a", "smollm2", "--host", "127.0.0.1",
+                   "--port", str(port), "-c", str(SERVER_CTX), "-np", str(SERVER_CONCURRENCY), "-b", "2048",
+                   "-ub", "512", "-t", str(THREADS), "-tb", str(THREADS), "--no-webui"],
+    }
+
+
+def server_case(smol: Path) -> None:
+    """(f): see the module's docstring.  Each round starts each server afresh (alone on the machine while
+    it is measured), warms it with one request, then runs the load; the sides alternate.  Prints its own
+    table."""
+    from llama_cpp_server.loadtest import LoadReport, chat_bodies, run
+
+    rounds = max(3, ROUNDS // 2)
+    bodies = chat_bodies(SERVER_REQUESTS, max_tokens=SERVER_TOKENS, model="smollm2", ignore_eos=True)
+    reports: dict[str, list[LoadReport]] = {"ours": [], "native": []}
+    for round_ in range(rounds):
+        for side in reports:
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}"
+            with _server(_server_commands(smol, port)[side], url):
+                warm = run(url, bodies[:1], 1)
+                if warm.errors:
+                    sys.exit(f"{side} server: {warm.errors[0].error}")
+                report = run(url, bodies, SERVER_CONCURRENCY)
+            expected = SERVER_REQUESTS * SERVER_TOKENS
+            if report.errors or report.completion_tokens != expected:
+                sys.exit(f"{side} server: {len(report.errors)} errors, {report.completion_tokens} completion tokens "
+                         f"of {expected}: {report.errors[0].error if report.errors else ''}")
+            reports[side].append(report)
+        print(f"(f) round {round_ + 1}: ours {reports['ours'][-1].tokens_per_second:.1f} tokens/s, llama-server "
+              f"{reports['native'][-1].tokens_per_second:.1f}", flush=True)
+    ours = [r.tokens_per_second for r in reports["ours"]]
+    native = [r.tokens_per_second for r in reports["native"]]
+    ratio = _paired_ratio(ours, native)
+    print(f"\n(f) SmolLM2 served, {SERVER_REQUESTS} streamed chats ({SERVER_TOKENS} tokens each) at concurrency "
+          f"{SERVER_CONCURRENCY}, {THREADS} threads, {rounds} interleaved rounds; medians")
+    print(f"{'server':12} {'tokens/s':>9} {'req/s':>6} {'latency p50':>12} {'p99':>7} {'TTFT p50':>9} {'p99':>7}")
+    for side, name in (("ours", "ours"), ("native", "llama-server")):
+        runs = reports[side]
+        print(f"{name:12} {_median([r.tokens_per_second for r in runs]):9.1f} "
+              f"{_median([r.requests_per_second for r in runs]):6.2f} {_median([r.latency(50) for r in runs]):12.3f} "
+              f"{_median([r.latency(99) for r in runs]):7.3f} {_median([r.ttft(50) for r in runs]):9.3f} "
+              f"{_median([r.ttft(99) for r in runs]):7.3f}")
+    print(f"{'(f) generation rate through the server vs llama-server':52} {_median(ours):9.1f} {_median(native):9.1f} "
+          f"{ratio:6.3f} {0.85:5.2f} {'ok' if ratio >= 0.85 else 'LOW'}")
+
+
 CACHE_PROMPT_TOKENS = 1500
 HIT_REPEATS = 3
 
@@ -407,7 +506,7 @@ def main() -> None:
         return
     tiny = _tiny_model()
     smol = smollm2_path(quiet=True)
-    alone = {"i": speculative_case, "h": cache_case}  # nox -s bench -- <case>: that case alone
+    alone = {"f": server_case, "i": speculative_case, "h": cache_case}  # nox -s bench -- <case>: that case alone
     if len(sys.argv) == 2 and sys.argv[1] in alone:
         alone[sys.argv[1]](smol)
         return
@@ -471,6 +570,7 @@ def main() -> None:
     ratio = _paired_ratio(parallel_ours, parallel_native)
     print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
           f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
+    server_case(smol)
     cache_case(smol)
     speculative_case(smol)
     embedding_case()
