@@ -97,36 +97,35 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    # -- OpenAI routes ----------------------------------------------------------------------------
-    @app.post("/v1/completions", dependencies=keyed)
-    async def completions(body: CompletionRequest, request: Request) -> Any:
+    async def generate(body: CompletionRequest | ChatRequest, request: Request,
+                       arguments: Callable[[Any, Any, str], Any],
+                       streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any]) -> Any:
+        """A completions or chat request: admitted on its model, its library keywords made (a bad value
+        releases the model at once), then streamed or answered whole."""
         if body.n > server.max_n:
             raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            kwargs = completion_arguments(body, llm, lease.served.name)
+            prepared = arguments(body, llm, lease.served.name)
         except BaseException:
             lease.release()
             raise
         if body.stream:
-            return await stream(lease, lambda: llm.create_completion(stream=True, **kwargs), stream_shaper(body))
-        return await answer(request, lease, lambda: llm.create_completion(**kwargs))
+            return await stream(lease, lambda: streamed(llm, prepared), stream_shaper(body))
+        return await answer(request, lease, lambda: whole(llm, prepared))
+
+    # -- OpenAI routes ----------------------------------------------------------------------------
+    @app.post("/v1/completions", dependencies=keyed)
+    @app.post("/v1/engines/copilot-codex/completions", dependencies=keyed, include_in_schema=False)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        return await generate(body, request, completion_arguments,
+                              lambda llm, kwargs: llm.create_completion(stream=True, **kwargs),
+                              lambda llm, kwargs: llm.create_completion(**kwargs))
 
     @app.post("/v1/chat/completions", dependencies=keyed)
     async def chat_completions(body: ChatRequest, request: Request) -> Any:
-        if body.n > server.max_n:
-            raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
-        lease = await pool.admit(body.model)
-        llm = lease.llama
-        try:
-            calls = chat_arguments(body, llm, lease.served.name)
-        except BaseException:
-            lease.release()
-            raise
-        if body.stream:
-            return await stream(lease, lambda: chat_choice_streams(llm, calls), stream_shaper(body))
-        return await answer(request, lease, lambda: chat_choices(llm, calls))
+        return await generate(body, request, chat_arguments, chat_choice_streams, chat_choices)
 
     @app.post("/v1/embeddings", dependencies=keyed)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
