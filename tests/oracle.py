@@ -92,9 +92,9 @@ def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_
     generate exactly ``n_predict`` tokens (without it, a generation that meets end-of-generation ends
     with an extra ``"\\n"``, which this returns as is).  Its output begins after the response marker
     line (``MTMD_TEST_RESPONSE_MARKER``) and the newline printed once the prompt is decoded, and ends
-    with ``"\\n\\n"``.  With ``complete=False`` the end may be missing (the longest of three runs is
-    returned): for callers that ask for more tokens than they compare, on a loaded machine where the
-    tool's logging thread often loses its last lines."""
+    with ``"\\n\\n"``.  With ``complete=False`` the end may be missing (the longest of six runs is
+    returned): for callers that ask for more tokens than they compare, on a loaded
+    machine where the tool's logging thread often loses its last lines."""
     cmd = [str(tool("llama-mtmd-cli")), "-m", str(model), "--mmproj", str(mmproj),
            "--image", ",".join(str(m) for m in media), "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx),
            "-t", str(threads), "-tb", str(threads), "--temp", "0", "-s", "0", "--jinja", "--no-warmup",
@@ -104,7 +104,7 @@ def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_
     # as llama-completion (above), the tool logs through a background thread that can lose its last
     # lines at exit: a cut-off output is run again
     longest = b""
-    for _attempt in range(3):
+    for _attempt in range(6):
         proc = subprocess.run(cmd, capture_output=True, timeout=300, env=env)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
         out = proc.stdout

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import metric, wait_until
+from serving import metric, wait_until
 from playwright.sync_api import Browser, Locator, Page, Request, expect, sync_playwright
 
 # how long the page may take to show what a test waits for (the tiny model is fast, but a loaded machine
@@ -144,7 +144,9 @@ def test_stop_aborts_the_generation(serve: Callable[..., Any], open_page: Callab
         expect(chat.assistant()).not_to_be_empty()
         expect(chat.page.get_by_role("button", name="Stop")).to_be_enabled()
         assert metric(base_url, "requests_processing") == 1
-        chat.page.get_by_role("button", name="Stop").click()
+        # dispatched, not clicked at its position: Playwright's click waits for the button to be "stable", and
+        # on a loaded machine the streaming text keeps the layout moving past the timeout
+        chat.page.get_by_role("button", name="Stop").dispatch_event("click")
 
         chat.expect_idle()
         expect(chat.page.locator(".message.assistant .note")).to_have_text("(stopped)")

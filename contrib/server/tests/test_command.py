@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
+from serving import free_port
 from llama_cpp_server import load_settings
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import openai
-from conftest import assert_error, metric, wait_until
+from serving import assert_error, metric, wait_until
 from llama_cpp_server.loadtest import chat_bodies, run
 
 LONG = 12000  # tokens: many seconds of generation, even for the tiny model

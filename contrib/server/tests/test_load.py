@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import jinja2
 import pytest
-from conftest import CHAT_TEMPLATE, metric
+from serving import CHAT_TEMPLATE, metric
 from llama_cpp_server.loadtest import chat_bodies, run
 
 REQUESTS, CONCURRENCY, MAX_TOKENS = 64, 8, 32

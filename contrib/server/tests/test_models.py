@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import assert_error, running
+from serving import assert_error, running
 from llama_cpp_server import ModelPool, ModelSettings, Settings
 
 from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama

@@ -19,7 +19,7 @@ import jsonschema
 import numpy as np
 import openai
 import pytest
-from conftest import assert_error, running, tiny_settings
+from serving import assert_error, running, tiny_settings
 from llama_cpp_server import Settings
 
 MESSAGES = [{"role": "user", "content": "Name three rivers."}]

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import assert_error
+from serving import assert_error
 from llama_cpp_server import Settings
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
@@ -123,7 +123,7 @@ def test_a_stream_that_fails_before_its_first_token_is_an_error_response(serve: 
 def test_health_says_503_while_the_model_loads(chat_model_path: Any) -> None:
     """Until the first model is loaded (here: never, its file is missing), /health is 503 with a JSON
     body; the reason is shown once the load has failed."""
-    from conftest import running
+    from serving import running
 
     settings = Settings(model=str(chat_model_path) + ".missing", model_alias="tiny")
     with running(settings, wait_ready=False) as base:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import metric, wait_until
+from serving import metric, wait_until
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])

@@ -1,0 +1,116 @@
+"""Servers on loopback for the tests: the real app under uvicorn, in a thread, on a free port; and the
+helpers the server's tests share.  Imported by name (``from serving import ...``): a module called
+``conftest`` would be the first one pytest imported under that name, another folder's."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from llama_cpp_server import Settings, create_app
+
+from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
+
+# a template with a system turn, tools and a generation prompt: enough for chat, tools and JSON tests
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(settings: Settings, *, wait_ready: bool = True) -> Iterator[str]:
+    """The app for ``settings`` served on 127.0.0.1 (a free port); yields its base URL, stops it after."""
+    port = free_port()
+    app = create_app(settings.model_copy(update={"host": "127.0.0.1", "port": port}))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            status = httpx.get(f"{base}/health", timeout=2).status_code
+            if status == 200 or (status == 503 and not wait_ready):
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    else:
+        server.should_exit = True
+        raise RuntimeError("the test server did not become ready")
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama with a small chat template (F32, fast, exact greedy text)."""
+    return write_tiny_llama(tmp_path_factory.mktemp("server-model") / "tiny-chat.gguf",
+                            TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
+
+
+def tiny_settings(model_path: Path, **overrides: Any) -> Settings:
+    """Settings of a server of the tiny chat model at ``model_path``, called "tiny" (``n_ctx=2048``,
+    ``n_seq_max=4`` unless given)."""
+    values: dict[str, Any] = {"model": str(model_path), "model_alias": "tiny", "n_ctx": 2048, "n_seq_max": 4,
+                              "n_threads": 2, "n_threads_batch": 2}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def serve(chat_model_path: Path) -> Callable[..., Any]:
+    """``serve(**settings)`` -> a context manager giving the base URL of a server of the tiny chat model
+    (:func:`tiny_settings`)."""
+
+    def make(**overrides: Any) -> Any:
+        return running(tiny_settings(chat_model_path, **overrides))
+
+    return make
+
+
+def metric(base_url: str, name: str, headers: dict[str, str] | None = None) -> float:
+    """``llamacpp:<name>`` of the served model, read from ``/metrics``."""
+    text = httpx.get(f"{base_url}/metrics", headers=headers, timeout=5).text
+    found = re.search(rf'^llamacpp:{re.escape(name)}{{model="[^"]*"}} (\S+)$', text, re.MULTILINE)
+    assert found, f"no llamacpp:{name} in /metrics:\n{text}"
+    return float(found.group(1))
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout:g} s")
+        time.sleep(0.02)
+
+
+def assert_error(response: httpx.Response, status: int, *, param: str | None = None, says: str = "") -> dict:
+    """``response`` is OpenAI's error object with ``status``; returns the error."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Traceback" not in error["message"] and says in error["message"], error
+    if param is not None:
+        assert error["param"] == param, error
+    return error
