@@ -63,14 +63,16 @@ def llama_embedding(model: Path, prompts: list[str], *, normalize: int, pooling:
                "-t", str(threads), "-tb", str(threads), "--no-warmup", *(["--pooling", pooling] if pooling else []),
                *(extra or [])]
         # as llama-completion (above), llama-embedding logs through a background thread that can lose its
-        # last lines at exit: a run with rows missing is run again
-        for _attempt in range(3):
+        # last lines at exit, or the end of its last line: a run with rows missing or cut is run again
+        for _attempt in range(6):
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
             assert proc.returncode == 0, proc.stderr[-2000:]
             rows = [line.split() for line in proc.stdout.splitlines() if line.strip()]
-            if len(rows) == expected:
+            whole = proc.stdout.endswith("\n") and len({len(row) for row in rows}) == 1
+            if len(rows) == expected and whole:
                 break
-        assert len(rows) == expected, f"llama-embedding printed {len(rows)} rows, expected {expected}"
+        assert len(rows) == expected and whole, f"llama-embedding printed {len(rows)} rows (whole: {whole}), " \
+                                                f"expected {expected}"
     return np.asarray(rows, dtype=np.float64)
 
 
