@@ -11,7 +11,7 @@ import pytest
 
 from llama_cpp import Llama
 from llama_cpp.engine.media import (MediaChunk, MediaPrompt, chunk_boundary, is_continuation, media_entries,
-                                    media_key, text_only)
+                                    media_key, next_chunk, text_only)
 from llama_cpp.engine.prefix import common_prefix
 
 
@@ -52,7 +52,7 @@ def test_a_prefix_never_ends_inside_a_chunk() -> None:
 def test_a_media_prompt_checks_its_entries() -> None:
     chunk = FakeChunk(9, 3)
     prompt = MediaPrompt([1, *media_entries(9, 3), 4], {1: chunk}, "x")
-    assert prompt.n_tokens == 2 + 6 and prompt.next_media(0) == 1 and prompt.next_media(2) == 5
+    assert prompt.n_tokens == 2 + 6 and next_chunk(prompt.media, 0, 5) == 1 and next_chunk(prompt.media, 2, 5) == 5
     with pytest.raises(ValueError, match="end with text"):
         MediaPrompt([1, *media_entries(9, 3)], {1: chunk})
     with pytest.raises(ValueError, match="does not match"):

@@ -18,7 +18,7 @@ from llama_cpp_native import lib
 
 from ._text import StopScanner
 from .engine import Request, TokenEvent
-from .engine.media import MediaPrompt
+from .engine.media import MediaPrompt, text_only
 from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
 from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
@@ -237,7 +237,7 @@ class CompletionAPI:
         if isinstance(prompt, MediaPrompt):
             if suffix is not None:
                 raise ValueError("suffix needs a text prompt, not a prompt with media")
-            self._token_list([t for t in prompt.tokens if t >= 0])  # the text tokens are checked as usual
+            self._token_list(text_only(prompt.tokens))  # the text tokens are checked as usual
             return _Prompt(list(prompt.tokens), prompt.text, "", prompt)
         if isinstance(prompt, str):
             infill = self._infill_tokens(prompt, suffix) if suffix is not None else None

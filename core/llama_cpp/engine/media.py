@@ -105,9 +105,11 @@ class MediaPrompt:
         """Text tokens plus media embeddings: what the prompt costs (``usage.prompt_tokens``)."""
         return sum(1 for t in self.tokens if not is_media(t)) + sum(c.n_tokens for c in self.media.values())
 
-    def next_media(self, at: int) -> int:
-        """The start of the first chunk at or after position ``at`` (``len(tokens)`` if none)."""
-        return min((s for s in self.media if s >= at), default=len(self.tokens))
+
+def next_chunk(media: Mapping[int, MediaChunk], at: int, default: int) -> int:
+    """The start of the first chunk of ``media`` at or after position ``at`` (``default`` if none): where a
+    prompt's text run from ``at`` ends."""
+    return min((s for s in media if s >= at), default=default)
 
 
 def text_only(tokens: Sequence[int]) -> list[int]:

@@ -36,7 +36,7 @@ from .context import DECODE_ABORTED, Context
 from .scope import current_scope
 from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
-from .media import media_entries, text_only
+from .media import media_entries, next_chunk, text_only
 from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
@@ -446,7 +446,7 @@ class Scheduler:
                     continue
                 end = slot.prefill_at + batch.capacity - batch.n
                 if request.media:  # type: ignore[union-attr]
-                    end = min(end, min((s for s in request.media if s > slot.prefill_at), default=end))  # type: ignore
+                    end = min(end, next_chunk(request.media, slot.prefill_at, end))  # type: ignore[union-attr]
                 if self.checkpoints is not None:  # memory holds exactly the ledger's tokens here
                     self.checkpoints.due(slot.ledger, len(prompt))
                     end = self.checkpoints.chunk_end(slot.ledger, len(prompt), end)
