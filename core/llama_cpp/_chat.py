@@ -16,6 +16,7 @@ import attrs
 from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, chat_template_names,
                                 get_chat_completion_handler)
 from .plugins import MultimodalHandler, get_host
+from .engine.normalize import check_messages, check_tools
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -152,8 +153,8 @@ class ChatAPI:
         left out, except the few every handler of the seed takes, so that a
         custom handler with a narrow signature keeps working.
         """
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
+        check_messages(messages)
+        check_tools(tools, functions)
         sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
         handler, extra_request = self._resolve_chat_handler()
         template_kwargs = {**self.chat_template_kwargs, **(chat_template_kwargs or {})}

@@ -114,12 +114,18 @@ class _Choice:
 class CompletionAPI:
     """The text-completion methods of :class:`llama_cpp.Llama`."""
 
+    def supports_infill(self: Llama) -> bool:
+        """Whether the model has fill-in-the-middle tokens (prefix, suffix, middle): only then does a
+        ``suffix`` make the completion fill the gap; otherwise the suffix is appended to the text."""
+        vocab = self._vocab
+        return min(lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)) >= 0
+
     def _infill_tokens(self: Llama, prompt: str, suffix: str) -> list[int] | None:
         """Fill-in-the-middle prompt (PSM, or SPM with ``spm_infill``); None if the model has no FIM tokens."""
+        if not self.supports_infill():
+            return None
         vocab = self._vocab
         pre, suf, mid = lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)
-        if min(pre, suf, mid) < 0:
-            return None
         prefix_tokens = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=False)
         suffix_tokens = self.tokenize(suffix.encode("utf-8"), add_bos=False, special=False)
         body = ([suf, *suffix_tokens, pre, *prefix_tokens] if self.spm_infill
@@ -202,8 +208,10 @@ class CompletionAPI:
         prompt; choice ``j`` samples with ``seed + j``.  Several sequences run
         at once up to the ``n_seq_max`` of the Llama; the others wait.
         """
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
-            raise ValueError(f"logprobs must be a non-negative integer (the number of top tokens), got {logprobs!r}")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= self.n_vocab()):
+            raise ValueError(f"logprobs must be an integer in 0..{self.n_vocab()} (the number of top tokens), got "
+                             f"{logprobs!r}")
         if echo and logprobs is not None and isinstance(prompt, MediaPrompt):
             raise ValueError("echo with logprobs needs a prompt of tokens; media chunks have no token logprobs")
         params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))

@@ -22,12 +22,13 @@ from ._handles import Closing, load_model, new_context
 from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
 from .engine.checkpoints import Checkpoint, HybridCheckpointCache
 from .engine.ledger import common_prefix
+from .engine.model import learned_positions
 from .engine.origin import state_origin
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
 from .engine.sampler import chain_context
 from .engine.scheduler import Slot
 from .engine.speculative import SpeculativeStep, empty_stats
-from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, sampling_arguments
+from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, normalize_seed, sampling_arguments
 
 if TYPE_CHECKING:
     from .llama_grammar import LlamaGrammar
@@ -223,13 +224,11 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         P.check_int("n_batch", n_batch, 1)
         P.check_int("n_ubatch", n_ubatch, 1)
         P.check_int("n_seq_max", n_seq_max, 1, lib.llama_max_parallel_sequences())
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
         gen_threads, batch_threads = P.default_threads()
         n_threads = gen_threads if n_threads is None or n_threads == -1 else P.check_int("n_threads", n_threads, 1)
         n_threads_batch = (batch_threads if n_threads_batch is None or n_threads_batch == -1
                            else P.check_int("n_threads_batch", n_threads_batch, 1))
-        self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF  # negative: random
+        self._seed = normalize_seed(seed)
         self.n_keep = P.check_int("n_keep", n_keep, 0)
         self.last_n_tokens_size = P.check_int("last_n_tokens_size", last_n_tokens_size, 0)
         self.logits_all = bool(logits_all)
@@ -299,7 +298,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             if cparams.embeddings:
                 check_embedding_context(model_ptr, cparams)
             self._ctx = Context(new_context(self._model.handle, cparams, quiet=not verbose), self._model.n_vocab,
-                                swa_full=bool(cparams.swa_full))
+                                swa_full=bool(cparams.swa_full), max_positions=learned_positions(path, model_ptr))
             self._ctx.origin = state_origin(path, cparams, self._ctx.ptr)
             if spec_engine is not None:
                 self._spec_step = _speculation.make_step(spec_engine, self._model, self._ctx, cparams,
@@ -660,7 +659,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
                     scheduler.memory_changed(slot)
 
     def set_seed(self, seed: int) -> None:
-        self._seed = LLAMA_DEFAULT_SEED if seed < 0 else seed & 0xFFFFFFFF
+        self._seed = normalize_seed(seed)
 
     # -- state ------------------------------------------------------------------
     def save_state(self) -> LlamaState:
@@ -818,10 +817,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
 
     def _sampling(self, overrides: dict[str, Any]) -> SamplingParams:
         values = {k: v for k, v in overrides.items() if v is not None}
-        if values.get("seed") is None:
-            values["seed"] = self._seed
-        elif values["seed"] < 0:
-            values["seed"] = LLAMA_DEFAULT_SEED
+        values["seed"] = self._seed if values.get("seed") is None else normalize_seed(values["seed"])
         return SamplingParams(**values)
 
     def _chain(self, params: SamplingParams) -> SamplerChain:

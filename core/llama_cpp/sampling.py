@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from typing import Any, Callable, Mapping, Sequence
 
 import attrs
@@ -18,11 +19,17 @@ from llama_cpp_native import ffi, lib
 from .plugins import SamplerStage, get_host
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+INT32_MAX = 2**31 - 1  # what llama.cpp's int32_t parameters hold
+#: How many entries the list parameters may have.  Each entry costs work when the chain is built (a DRY
+#: breaker is matched against the whole vocabulary: 1000 of them took 22 s) or per token (a stop string is
+#: searched for in every piece), and no real use needs more than a few.
+MAX_LIST_ENTRIES = {"dry_seq_breakers": 64, "grammar_triggers": 64, "logit_bias": 4096}
+MAX_ENTRY_CHARS = 256  # the longest DRY breaker or trigger word
 
 
 def _finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ValueError(f"{attribute.name} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
 
 
 def _in_range(lo: float | None = None, hi: float | None = None):
@@ -35,14 +42,38 @@ def _in_range(lo: float | None = None, hi: float | None = None):
     return check
 
 
-def _int(lo: int | None = None):
+def _int(lo: int = -INT32_MAX - 1, hi: int = INT32_MAX):
+    """An integer in ``lo..hi`` (by default what a C ``int32_t`` holds: every integer reaches llama.cpp)."""
     def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{attribute.name} must be an integer, got {value!r}")
-        if lo is not None and value < lo:
-            raise ValueError(f"{attribute.name} must be >= {lo}, got {value!r}")
+        if not lo <= value <= hi:
+            raise ValueError(f"{attribute.name} must be in {lo}..{hi}, got {value!r}")
 
     return check
+
+
+def _strings(instance: Any, attribute: attrs.Attribute, value: tuple[Any, ...]) -> None:
+    """A bounded list of non-empty strings (the DRY sequence breakers)."""
+    _bounded(attribute.name, value)
+    for s in value:
+        if not isinstance(s, str) or not s or len(s) > MAX_ENTRY_CHARS:
+            raise ValueError(f"{attribute.name} holds non-empty strings of at most {MAX_ENTRY_CHARS} characters, "
+                             f"got {s!r:.80}")
+
+
+def _bounded(name: str, value: Any) -> None:
+    limit = MAX_LIST_ENTRIES[name]
+    if len(value) > limit:
+        raise ValueError(f"{name} has {len(value)} entries; at most {limit} are allowed")
+
+
+def normalize_seed(seed: Any) -> int:
+    """A seed as llama.cpp takes it: 0..4294967295, where a negative seed (down to -2**31, what a C ``int``
+    holds) and 4294967295 (``LLAMA_DEFAULT_SEED``) mean a random one."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**31 <= seed <= LLAMA_DEFAULT_SEED:
+        raise ValueError(f"seed must be an integer in -2147483648..4294967295 (negative: random), got {seed!r}")
+    return LLAMA_DEFAULT_SEED if seed < 0 else seed
 
 
 def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -50,11 +81,14 @@ def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         return
     if not isinstance(value, Mapping):
         raise ValueError(f"logit_bias must be a mapping of token id to bias, got {type(value).__name__}")
+    _bounded("logit_bias", value)
     for token, bias in value.items():
         if isinstance(token, bool) or not isinstance(token, int) and not (isinstance(token, str) and token.isdigit()):
             raise ValueError(f"logit_bias keys must be token ids, got {token!r}")
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)):
-            raise ValueError(f"logit_bias values must be numbers, got {bias!r} for token {token!r}")
+        # -inf bans a token; NaN or +inf would make every score it touches meaningless
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or bias != bias or bias == float("inf"):
+            raise ValueError(f"logit_bias values must be numbers (finite, or -inf to ban a token), got {bias!r} "
+                             f"for token {token!r}")
 
 
 def _tag(attribute: attrs.Attribute, value: Any) -> None:
@@ -95,7 +129,8 @@ class SamplingParams:
     dry_base: float = attrs.field(default=1.75, validator=_finite_number)
     dry_allowed_length: int = attrs.field(default=2, validator=_int(0))
     dry_penalty_last_n: int = attrs.field(default=64, validator=_int(-1))
-    dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=tuple)
+    dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=tuple,
+                                                    validator=_strings)
     logit_bias: Mapping[int, float] | None = attrs.field(default=None, validator=_logit_bias)
     ignore_eos: bool = False
     grammar: Any = attrs.field(default=None, validator=lambda i, a, v: _grammar(v))
@@ -109,7 +144,7 @@ class SamplingParams:
     reasoning_budget_message: str | None = None
     reasoning_start_in_prompt: bool = False
     reasoning_start_max_tokens: int | None = attrs.field(default=32, validator=lambda i, a, v: v is None or _int(0)(i, a, v))
-    seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int())
+    seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int(0, LLAMA_DEFAULT_SEED))
     samplers: tuple[str, ...] | None = attrs.field(
         default=None, converter=lambda v: None if v is None else tuple(v)
     )
@@ -125,9 +160,12 @@ class SamplingParams:
             raise ValueError("grammar_lazy needs a grammar")
         if self.grammar_lazy and not self.grammar_triggers:
             raise ValueError("grammar_lazy needs grammar_triggers (words or token ids that start the grammar)")
+        _bounded("grammar_triggers", self.grammar_triggers)
         for trigger in self.grammar_triggers:
-            if isinstance(trigger, bool) or not isinstance(trigger, (str, int)) or trigger == "":
-                raise ValueError(f"grammar_triggers holds words (str) and token ids (int), got {trigger!r}")
+            if isinstance(trigger, bool) or not isinstance(trigger, (str, int)) or trigger == "" or \
+                    isinstance(trigger, str) and len(trigger) > MAX_ENTRY_CHARS:
+                raise ValueError(f"grammar_triggers holds words (str, at most {MAX_ENTRY_CHARS} characters) and "
+                                 f"token ids (int), got {trigger!r:.80}")
 
 
 SAMPLING_FIELDS: frozenset[str] = frozenset(f.name for f in attrs.fields(SamplingParams))

@@ -90,10 +90,14 @@ class Context:
     """A ``llama_context`` with its memory, its batch and an abort switch."""
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
-                 "recurrent", "window", "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view",
+                 "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view",
                  "origin")
 
-    def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True) -> None:
+    def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True,
+                 max_positions: int | None = None) -> None:
+        """``max_positions``: the positions the model can address at all (a learned position table has
+        one row per trained position, and llama.cpp aborts the process on a position past it); a sequence
+        is then held to that many, whatever ``n_ctx`` allows."""
         self.handle = handle
         self.ptr = handle.ptr
         self.mem = lib.llama_get_memory(self.ptr)
@@ -105,7 +109,12 @@ class Context:
         self.recurrent = bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model))
         self.window: int = 0 if swa_full else max(0, lib.llama_model_n_swa(model))
         self.n_ctx: int = lib.llama_n_ctx(self.ptr)
-        self.n_ctx_seq: int = lib.llama_n_ctx_seq(self.ptr)
+        self.n_ctx_seq: int = lib.llama_n_ctx_seq(self.ptr)  # the positions one sequence may use
+        self.max_positions = max_positions
+        if max_positions is not None:
+            self.n_ctx_seq = min(self.n_ctx_seq, max_positions)
+        # an encoder's attention (BERT) sees the whole input at once: it embeds, it cannot generate
+        self.causal = bool(lib.llama_get_causal_attn(self.ptr))
         self.n_batch: int = lib.llama_n_batch(self.ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(self.ptr)
         self.batch = BatchBuilder(self.n_batch, self.n_seq_max)

@@ -54,7 +54,8 @@ class Embedder:
                           and bool(lib.llama_get_causal_attn(ctx.ptr)))
         self.tokens_per_decode: int = ctx.n_batch if spans_ubatches else min(ctx.n_batch, n_ubatch)
         # the most tokens one input may have: one decode, and the context window of its sequence
-        self.limit: int = min(self.tokens_per_decode, ctx.n_ctx_seq if self.has_memory else ctx.n_ctx)
+        self.limit: int = min(self.tokens_per_decode, ctx.n_ctx_seq if self.has_memory else ctx.n_ctx,
+                              ctx.max_positions or ctx.n_ctx)
 
     @property
     def pooling_name(self) -> str:
@@ -69,8 +70,9 @@ class Embedder:
         """Why ``limit`` is what it is (for error messages)."""
         ctx = self.ctx
         window = f"n_ctx_seq {ctx.n_ctx_seq}" if self.has_memory else f"n_ctx {ctx.n_ctx}"
+        trained = f", the model's {ctx.max_positions} trained positions" if ctx.max_positions else ""
         return (f"{self.limit} tokens (the smallest of {window}, n_batch {ctx.n_batch}, n_ubatch "
-                f"{lib.llama_n_ubatch(ctx.ptr)}: an input is decoded in one piece)")
+                f"{lib.llama_n_ubatch(ctx.ptr)}{trained}: an input is decoded in one piece)")
 
     def run(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """The raw output of each input, in order: a float32 vector (``output_width``) when the context

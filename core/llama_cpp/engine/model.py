@@ -6,8 +6,10 @@ another runs a decode.
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 from llama_cpp_native import ffi, lib
 
@@ -79,3 +81,28 @@ class Model:
             if not 0 <= t < n_vocab:
                 raise ValueError(f"token id {t} is outside the vocabulary (0..{n_vocab - 1})")
         return ids
+
+
+@contextlib.contextmanager
+def gguf_header(path: str | Path) -> Iterator[Any]:
+    """A GGUF file's header (metadata and tensor descriptions) parsed by ggml, no tensor data read."""
+    params = ffi.new("struct gguf_init_params *")
+    params.no_alloc = True
+    params.ctx = ffi.NULL
+    gguf = lib.gguf_init_from_file(str(path).encode(), params[0])
+    if gguf == ffi.NULL:
+        raise ValueError(f"{str(path)!r} is not a readable GGUF file")
+    try:
+        yield gguf
+    finally:
+        lib.gguf_free(gguf)
+
+
+def learned_positions(path: str | Path, model_ptr: Any) -> int | None:
+    """How many positions a model with a learned position table (GPT-2, BERT: a ``position_embd`` tensor
+    of one row per trained position) can address; None for the others (RoPE, ALiBi, recurrent), which
+    llama.cpp runs past their trained context."""
+    with gguf_header(path) as gguf:
+        if lib.gguf_find_tensor(gguf, b"position_embd.weight") < 0:
+            return None
+    return int(lib.llama_model_n_ctx_train(model_ptr))

@@ -14,15 +14,92 @@ from typing import Any, Sequence
 from .media import MediaPrompt
 
 
+#: Bounds on what a request may list.  Every stop string is searched for in each generated piece, and
+#: every tool is rendered into the prompt and, when forced, into a grammar; OpenAI's API allows 128 tools.
+MAX_STOPS = 64
+MAX_STOP_CHARS = 4096
+MAX_TOOLS = 128
+
+
 def stop_list(stop: str | Sequence[str] | None) -> list[str]:
     """``stop`` as a list of non-empty strings (a string is one stop; None is none)."""
     if stop is None:
         return []
+    if not isinstance(stop, (str, list, tuple)):
+        raise ValueError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
     stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"stop has {len(stops)} strings; at most {MAX_STOPS} are allowed")
     for s in stops:
         if not isinstance(s, str):
             raise ValueError(f"stop must be a string or a list of strings, got {s!r} in it")
+        if len(s) > MAX_STOP_CHARS:
+            raise ValueError(f"a stop string has {len(s)} characters; at most {MAX_STOP_CHARS} are allowed")
     return [s for s in stops if s]
+
+
+def check_messages(messages: Any) -> None:
+    """ValueError naming the message, unless ``messages`` is a list of chat messages: dicts with a string
+    ``role`` and a ``content`` that is a string, a list of parts (dicts with a string ``type``) or None
+    (an assistant turn that only calls tools).  What a chat template reads is checked here, so that a
+    malformed message is a clear error instead of the template's own failure."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(message).__name__}")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"messages[{i}].role must be a non-empty string ('system', 'user', 'assistant', "
+                             f"'tool', ...), got {role!r:.60}")
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                    raise ValueError(f"messages[{i}].content[{j}] must be a dict with a string 'type' ('text', "
+                                     f"'image_url', 'input_audio', ...), got {part!r:.60}")
+                if part["type"] == "text" and not isinstance(part.get("text"), str):
+                    raise ValueError(f"messages[{i}].content[{j}].text must be a string")
+        elif content is not None and not isinstance(content, str):
+            raise ValueError(f"messages[{i}].content must be a string, a list of content parts or null, got "
+                             f"{type(content).__name__}")
+        calls = message.get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise ValueError(f"messages[{i}].tool_calls must be a list of tool call dicts")
+
+
+def check_tools(tools: Any, functions: Any) -> None:
+    """ValueError naming the entry, unless ``tools`` (OpenAI's ``[{"type": "function", "function": {...}}]``)
+    and the legacy ``functions`` (``[{...}]``) each hold at most ``MAX_TOOLS`` functions, every one with a
+    name and, if given, a JSON schema object as its parameters."""
+    for field, entries in (("tools", tools), ("functions", functions)):
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise ValueError(f"{field} must be a list, got {type(entries).__name__}")
+        if len(entries) > MAX_TOOLS:
+            raise ValueError(f"{field} has {len(entries)} entries; at most {MAX_TOOLS} are allowed")
+        for i, entry in enumerate(entries):
+            where = f"{field}[{i}]"
+            if field == "tools":
+                if not isinstance(entry, dict) or entry.get("type", "function") != "function":
+                    raise ValueError(f"{where} must be {{'type': 'function', 'function': {{...}}}}, got {entry!r:.80}")
+                entry, where = entry.get("function"), f"{where}.function"
+            _check_function(entry, where)
+
+
+def _check_function(fn: Any, where: str) -> None:
+    if not isinstance(fn, dict):
+        raise ValueError(f"{where} must be a dict with a 'name' (and 'description', 'parameters'), got {fn!r:.60}")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{where}.name is required: a non-empty string, got {name!r:.60}")
+    params = fn.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"{where}.parameters must be a JSON schema object, got {type(params).__name__}")
+    description = fn.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ValueError(f"{where}.description must be a string, got {type(description).__name__}")
 
 
 def text_prompt_tokens(llama: Any, text: str, *, starts_with_bos: bool = False) -> list[int]:

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from llama_cpp_native import ffi, lib
+from llama_cpp_native import lib
+
+from .model import gguf_header
 
 FINGERPRINT_SAMPLES = 48  # blocks of tensor data in a model fingerprint
 FINGERPRINT_BLOCK = 4096
@@ -82,17 +84,9 @@ def model_fingerprint(path: str | Path) -> str:
 
 
 def _gguf_data_offset(path: Path) -> int:
-    """Where a GGUF file's tensor data starts (its header parsed by ggml, no tensor read)."""
-    params = ffi.new("struct gguf_init_params *")
-    params.no_alloc = True
-    params.ctx = ffi.NULL
-    gguf = lib.gguf_init_from_file(str(path).encode(), params[0])
-    if gguf == ffi.NULL:
-        raise ValueError(f"{str(path)!r} is not a readable GGUF file")
-    try:
+    """Where a GGUF file's tensor data starts."""
+    with gguf_header(path) as gguf:
         return int(lib.gguf_get_data_offset(gguf))
-    finally:
-        lib.gguf_free(gguf)
 
 
 def _f32_bits(value: float) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 from .._adapters import NO_ADAPTERS, AdapterKey
 from ..sampling import SamplingParams
 from .media import MediaChunk
+from .sampler import SequenceSampler
 
 
 class TokenEvent(NamedTuple):
@@ -72,6 +73,7 @@ class Request:
     fork_of: Request | None = None
     media: Mapping[int, MediaChunk] = attrs.field(factory=dict)
     # filled in by the engine
+    sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: str = RequestState.WAITING
     seq_id: int | None = None
     events: collections.deque = attrs.field(factory=collections.deque)
@@ -90,6 +92,12 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.state == RequestState.DONE
+
+    def close_sampler(self) -> None:
+        """Free the sampler of a request that never started (idempotent)."""
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.close()
 
     def finish(self, reason: str, error: BaseException | None = None) -> None:
         if self.state != RequestState.DONE:

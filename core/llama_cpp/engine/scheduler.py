@@ -121,7 +121,12 @@ class Scheduler:
 
     # -- the callers' side ------------------------------------------------------------------
     def submit(self, request: Request) -> None:
-        """Queue ``request``; RuntimeError if it could only ever wait on its own thread's streams."""
+        """Queue ``request``; RuntimeError if it could only ever wait on its own thread's streams.
+
+        Everything about the request that can fail or take long (its checks, building its sampler chain:
+        a grammar, DRY's breakers) happens here, on the caller's thread and outside the engine's lock, so
+        a bad or expensive request is refused or paid for by its own caller, never by the others.
+        """
         limit = self.ctx.n_ctx_seq
         scope = current_scope()
         if scope is not None:
@@ -132,19 +137,41 @@ class Scheduler:
             raise ValueError(f"the prompt has {len(request.prompt)} tokens, more than fit in the context window "
                              f"of {limit} tokens per sequence (n_ctx {self.ctx.n_ctx}, n_seq_max "
                              f"{self.ctx.n_seq_max})")
-        with self._mutex:
-            me = threading.get_ident()
-            holders = [s.request for s in self._candidate_slots(request)]
-            if all(r is not None and not r.cancelled and r.owner == me for r in holders):
-                raise RuntimeError(
-                    f"every sequence this call could use (n_seq_max={self.ctx.n_seq_max}) is held by a generation "
-                    "this thread started and has not finished (a stream or generator still open): the call would "
-                    "wait for itself forever. Finish or close() that stream first, or create the Llama with a "
-                    "larger n_seq_max")
-            self.waiting.append(request)
-            self._bump()
+        if request.max_tokens > 0 and not self.ctx.causal:
+            raise ValueError("this model's attention is not causal (an encoder such as BERT): it makes embeddings "
+                             "and scores, not text; generation needs a causal language model")
+        if request.max_tokens > 0 and request.sampler is None:
+            request.sampler = self._new_sampler(request)
+        try:
+            with self._mutex:
+                me = threading.get_ident()
+                holders = [s.request for s in self._candidate_slots(request)]
+                if all(r is not None and not r.cancelled and r.owner == me for r in holders):
+                    raise RuntimeError(
+                        f"every sequence this call could use (n_seq_max={self.ctx.n_seq_max}) is held by a "
+                        "generation this thread started and has not finished (a stream or generator still open): "
+                        "the call would wait for itself forever. Finish or close() that stream first, or create "
+                        "the Llama with a larger n_seq_max")
+                self.waiting.append(request)
+                self._bump()
+        except BaseException:
+            request.close_sampler()
+            raise
         if scope is not None:
             scope.join(request, self.cancel)
+
+    def _new_sampler(self, request: Request) -> SequenceSampler:
+        """The request's sampler, primed with the tokens before its generation: the prompt, or for a
+        request that continues its sequence, what the sequence holds and then the prompt (read here: only
+        the request's own caller advances that sequence)."""
+        history = request.prompt
+        if request.continues:
+            seq = request.seq_hint if request.seq_hint is not None else self.current.seq_id
+            history = [*self.slots[seq].ledger.tokens, *request.prompt]
+        if request.media:
+            history = text_only(history)
+        chain = chain_context(self.model, self.ctx.n_ctx_seq, request.params, history)
+        return SequenceSampler(request.params, chain, history, request.logits_processor, request.stopping_criteria)
 
     def next_event(self, request: Request) -> TokenEvent | None:
         """The request's next token (None once it has finished), running ticks while none is ready."""
@@ -651,12 +678,16 @@ class Scheduler:
             request = self.waiting[0]
             if request.cancelled or request.state == RequestState.DONE:
                 self.waiting.popleft()
+                request.close_sampler()
                 continue
             slot = self._choose_slot(request)
             if slot is None:
                 return
             self.waiting.popleft()
-            self._start(slot, request)
+            try:
+                self._start(slot, request)
+            except Exception as exc:  # noqa: BLE001 - the request's own failure: it ends, the slot is free
+                self._abandon_start(slot, request, exc)
 
     def _choose_slot(self, request: Request) -> Slot | None:
         """A free slot: the one that holds the longest prefix of the prompt, else the least recently used."""
@@ -669,7 +700,7 @@ class Scheduler:
                                         -s.last_used))
 
     def _start(self, slot: Slot, request: Request) -> None:
-        """Put ``request`` into ``slot``: reuse what the sequence holds, build its sampler (mutex held)."""
+        """Put ``request`` into ``slot``: reuse what the sequence holds, take over its sampler (mutex held)."""
         ledger, prompt = slot.ledger, request.prompt
         request.seq_id = slot.seq_id
         request.started = time.perf_counter()
@@ -686,14 +717,25 @@ class Scheduler:
         else:
             request.state = RequestState.PREFILL
             slot.prefill_at = self._reuse_prefix(slot, request, leader)
-        if request.max_tokens == 0:
-            return  # evaluate only: nothing will be sampled
-        history = ledger.tokens + prompt if request.continues else prompt
-        if request.media:
-            history = text_only(history)
-        chain = chain_context(self.model, self.ctx.n_ctx_seq, request.params, history)
-        slot.sampler = SequenceSampler(request.params, chain, history, request.logits_processor,
-                                       request.stopping_criteria)
+        slot.sampler, request.sampler = request.sampler, None  # the slot owns it from now on
+
+    def _abandon_start(self, slot: Slot, request: Request, error: Exception) -> None:
+        """``_start`` failed part way (its memory calls, a cache's snapshot): the request ends with the error,
+        and the slot is left free with a ledger that says what its memory holds (mutex held)."""
+        if request.state == RequestState.FORKED:
+            leader = self._leader_of(request)
+            if leader is not None and slot in leader.forks:
+                leader.forks.remove(slot)
+        slot.ledger.clear(self.ctx)
+        self.memory_changed(slot)
+        request.finish("error", error)
+        request.close_sampler()
+        slot.request = None
+        slot.pending = []
+        if slot.sampler is not None:
+            slot.sampler.close()
+            slot.sampler = None
+        self._dirty = True
 
     def _store(self, slot: Slot) -> None:
         """Give the cache the sequence's snapshot (tokens evaluated under one adapter set only)."""
