@@ -21,6 +21,8 @@ from llama_cpp_native import ffi, grammars_dir, lib
 
 from ._logger import capture_messages
 from ._stderr import capture_stderr
+from .grammar_limits import check_gbnf
+from .schema_limits import MAX_SCHEMA_CHARS, check_json_schema
 
 _AT = re.compile(r"error parsing grammar: (.*?) at (.*)", re.S)
 _PARSE = re.compile(r"error parsing grammar: ([^\n]*)")
@@ -38,9 +40,14 @@ def _position(text: str, rest: str) -> str:
 
 
 def validate_gbnf(text: str, root: str = "root") -> None:
-    """Raise ValueError (with the position) unless llama.cpp accepts ``text`` as a grammar."""
+    """Raise ValueError (with the position) unless llama.cpp accepts ``text`` as a grammar.
+
+    The text is first checked for what would make llama.cpp allocate without
+    bound or take long (see :mod:`llama_cpp.grammar_limits`).
+    """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("a grammar must be a non-empty GBNF string")
+    check_gbnf(text, root)
     with capture_stderr() as captured, capture_messages() as logged:
         smpl = lib.llama_sampler_init_grammar(ffi.NULL, text.encode("utf-8"), root.encode("utf-8"))
     if smpl != ffi.NULL:
@@ -109,28 +116,43 @@ def json_schema_to_gbnf(schema: str | dict[str, Any], prop_order: list[str] | No
     ``prop_order`` lists properties that come first, in that order (llama.cpp
     orders them as the schema does otherwise).  An invalid schema is a
     ValueError with llama.cpp's explanation, never a fallback to plain JSON.
+    The schema is checked before conversion, and the grammar after it, for
+    what llama.cpp mishandles (see :mod:`llama_cpp.schema_limits`).
     """
     if isinstance(schema, str):
+        if len(schema) > MAX_SCHEMA_CHARS:
+            raise ValueError(f"invalid JSON schema: it is {len(schema)} characters long; at most {MAX_SCHEMA_CHARS}")
         try:
             schema_obj = json.loads(schema)
         except json.JSONDecodeError as exc:
             raise ValueError(f"the JSON schema is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise ValueError("invalid JSON schema: JSON nested too deeply") from None
     else:
         schema_obj = schema
     if not isinstance(schema_obj, (dict, bool)):
         raise ValueError(f"a JSON schema is an object (or true/false), got {type(schema_obj).__name__}")
+    check_json_schema(schema_obj)
     if prop_order and isinstance(schema_obj, dict):
         schema_obj = _with_property_order(schema_obj, prop_order)
+    text = json.dumps(schema_obj)
+    if len(text) > MAX_SCHEMA_CHARS:
+        raise ValueError(f"invalid JSON schema: it is {len(text)} characters long as JSON; at most {MAX_SCHEMA_CHARS}")
     error = ffi.new("char **")
-    out = lib.llama_cpp_native_json_schema_to_grammar(json.dumps(schema_obj).encode("utf-8"), error)
+    out = lib.llama_cpp_native_json_schema_to_grammar(text.encode("utf-8"), error)
     if out == ffi.NULL:
         message = ffi.string(error[0]).decode("utf-8", "replace") if error[0] != ffi.NULL else "unknown error"
         lib.llama_cpp_native_free(error[0])
         raise ValueError(f"invalid JSON schema: {message.strip()}")
     try:
-        return ffi.string(out).decode("utf-8")
+        grammar = ffi.string(out).decode("utf-8")
     finally:
         lib.llama_cpp_native_free(out)
+    try:
+        check_gbnf(grammar)
+    except ValueError as exc:
+        raise ValueError(f"invalid JSON schema: the grammar it converts to is refused: {exc}") from None
+    return grammar
 
 
 def _with_property_order(schema: dict[str, Any], order: list[str]) -> dict[str, Any]:
