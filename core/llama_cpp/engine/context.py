@@ -90,8 +90,8 @@ class Context:
     """A ``llama_context`` with its memory, its batch and an abort switch."""
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
-                 "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible", "_row_ptr", "_row_view",
-                 "origin")
+                 "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible",
+                 "_row_ptr", "_row_view", "origin")
 
     def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True,
                  max_positions: int | None = None) -> None:
