@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 
 from llama_cpp.engine import RequestScope
 
-from . import errors
+from . import errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, require_api_key
 from .metrics import render_metrics
@@ -53,7 +53,8 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
                 errors.log.warning("requests still running at shutdown: the models are left loaded")
 
     app = FastAPI(title="llama_cpp server", version="0.4.0", lifespan=lifespan, root_path=server.root_path,
-                  docs_url=None, redoc_url=None)
+                  docs_url=None, redoc_url=None, openapi_url=None)  # both served below, /openapi.json keyed
+    responses.install(app)
     app.state.pool = pool
     app.state.settings = server
     errors.install(app)
@@ -116,18 +117,18 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         return await answer(request, lease, lambda: whole(llm, prepared))
 
     # -- OpenAI routes ----------------------------------------------------------------------------
-    @app.post("/v1/completions", dependencies=keyed)
+    @app.post("/v1/completions", dependencies=keyed, responses=responses.COMPLETIONS)
     @app.post("/v1/engines/copilot-codex/completions", dependencies=keyed, include_in_schema=False)
     async def completions(body: CompletionRequest, request: Request) -> Any:
         return await generate(body, request, completion_arguments,
                               lambda llm, kwargs: llm.create_completion(stream=True, **kwargs),
                               lambda llm, kwargs: llm.create_completion(**kwargs))
 
-    @app.post("/v1/chat/completions", dependencies=keyed)
+    @app.post("/v1/chat/completions", dependencies=keyed, responses=responses.CHAT)
     async def chat_completions(body: ChatRequest, request: Request) -> Any:
         return await generate(body, request, chat_arguments, chat_choice_streams, chat_choices)
 
-    @app.post("/v1/embeddings", dependencies=keyed)
+    @app.post("/v1/embeddings", dependencies=keyed, responses=responses.EMBEDDINGS)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -142,7 +143,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         return await answer(request, lease, lambda: llm.create_embedding(
             body.input, model=lease.served.name, encoding_format=body.encoding_format))
 
-    @app.post("/v1/rerank", dependencies=keyed)
+    @app.post("/v1/rerank", dependencies=keyed, responses=responses.RERANK)
     async def rerank(body: RerankRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -159,7 +160,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         return {"object": "list", "model": lease.served.name, "results": results,
                 "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
-    @app.get("/v1/models", dependencies=keyed)
+    @app.get("/v1/models", dependencies=keyed, responses=responses.MODELS)
     async def models() -> Any:
         created = int(app.state.started)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
@@ -178,8 +179,8 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         finally:
             lease.release()
 
-    @app.post("/tokenize", dependencies=keyed)
-    @app.post("/extras/tokenize", dependencies=keyed)
+    @app.post("/tokenize", dependencies=keyed, responses=responses.TOKENIZE)
+    @app.post("/extras/tokenize", dependencies=keyed, responses=responses.TOKENIZE)
     async def tokenize(body: TokenizeRequest) -> Any:
         tokens, llm = await _tokenize(body)
         if body.with_pieces:
@@ -187,13 +188,13 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
                                for t in tokens]}
         return {"tokens": tokens}
 
-    @app.post("/extras/tokenize/count", dependencies=keyed)
+    @app.post("/extras/tokenize/count", dependencies=keyed, responses=responses.TOKENIZE_COUNT)
     async def tokenize_count(body: TokenizeRequest) -> Any:
         tokens, _ = await _tokenize(body)
         return {"count": len(tokens)}
 
-    @app.post("/detokenize", dependencies=keyed)
-    @app.post("/extras/detokenize", dependencies=keyed)
+    @app.post("/detokenize", dependencies=keyed, responses=responses.DETOKENIZE)
+    @app.post("/extras/detokenize", dependencies=keyed, responses=responses.DETOKENIZE)
     async def detokenize(body: DetokenizeRequest) -> Any:
         lease = await pool.admit(body.model)
         try:
@@ -202,7 +203,7 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
             lease.release()
         return {"content": text, "text": text}
 
-    @app.get("/health")
+    @app.get("/health", responses=responses.HEALTH)
     async def health() -> Any:
         if pool.ready:
             return {"status": "ok"}
@@ -212,9 +213,17 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         return JSONResponse({"status": "loading model", "error": errors.error_body(503, "loading model")["error"]},
                             status_code=503)
 
-    @app.get("/metrics", dependencies=keyed)
+    @app.get("/metrics", dependencies=keyed, response_class=PlainTextResponse, responses=responses.METRICS)
     async def metrics() -> Any:
         return PlainTextResponse(render_metrics(pool), media_type="text/plain; version=0.0.4")
+
+    @app.get("/openapi.json", dependencies=keyed, include_in_schema=False)
+    async def openapi_json(request: Request) -> Any:
+        return JSONResponse(responses.with_root_path(app.openapi(), request.scope.get("root_path", "")))
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs_page() -> Any:
+        return FileResponse(STATIC / "docs.html", media_type="text/html")
 
     if server.chat_page:
         @app.get("/", include_in_schema=False)

@@ -11,19 +11,30 @@ from __future__ import annotations
 import hmac
 from typing import Any, Callable
 
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError, error_response
 
 
-def require_api_key(keys: list[str]) -> Callable[[Request], Any]:
-    """A FastAPI dependency: 401 unless the request carries one of ``keys`` (no keys: everything passes)."""
-    encoded = [k.encode("utf-8") for k in keys]
+_BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="`Authorization: Bearer <key>`, as OpenAI's "
+                     "clients send it")
+_X_API_KEY = APIKeyHeader(name="X-Api-Key", auto_error=False, scheme_name="apiKey", description="`X-Api-Key: <key>`")
 
-    async def check(request: Request) -> None:
-        if not encoded:
+
+def require_api_key(keys: list[str]) -> Callable[..., Any]:
+    """A FastAPI dependency: 401 unless the request carries one of ``keys`` (no keys: everything passes).
+    With keys, it declares the two ways as security schemes, for the OpenAPI schema (they read the headers
+    and refuse nothing: the check below decides)."""
+    encoded = [k.encode("utf-8") for k in keys]
+    if not encoded:
+        async def open_route() -> None:
             return
+
+        return open_route
+
+    async def check(request: Request, _bearer: Any = Security(_BEARER), _header: Any = Security(_X_API_KEY)) -> None:
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
         candidate = given.encode("utf-8")
