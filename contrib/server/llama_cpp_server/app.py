@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, Callable, Iterator
 from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from llama_cpp.engine import RequestScope
 
@@ -25,9 +26,9 @@ from .guards import BodyLimit, require_api_key
 from .metrics import render_metrics
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
-from .requests import chat_arguments, completion_arguments, stream_shaper
+from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper
 from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
-                      TokenizeRequest)
+                      TokenizeRequest, body_fields)
 from .settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -57,12 +58,13 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
     responses.install(app)
     app.state.pool = pool
     app.state.settings = server
-    errors.install(app)
+    errors.install(app, body_fields())
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes)
     if server.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins,
                            allow_credentials=server.cors_allow_credentials, allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "X-Api-Key", "Content-Type"])
+    app.add_middleware(errors.CatchAll)  # outermost: whatever fails below it still answers
     keyed = [Depends(require_api_key(server.api_keys))]
     timeout = server.request_timeout
 
@@ -101,14 +103,15 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
     async def generate(body: CompletionRequest | ChatRequest, request: Request,
                        arguments: Callable[[Any, Any, str], Any],
                        streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any]) -> Any:
-        """A completions or chat request: admitted on its model, its library keywords made (a bad value
-        releases the model at once), then streamed or answered whole."""
+        """A completions or chat request: admitted on its model, its library keywords made on a worker
+        thread (a grammar is checked there, off the event loop; a bad value releases the model at once),
+        then streamed or answered whole."""
         if body.n > server.max_n:
             raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            prepared = arguments(body, llm, lease.served.name)
+            prepared = await run_in_threadpool(arguments, body, llm, lease.served.name)
         except BaseException:
             lease.release()
             raise
@@ -140,8 +143,13 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
             lease.release()
             raise errors.APIError(400, f"dimensions={body.dimensions}: this model's embeddings have "
                                   f"{llm.n_embd()} dimensions", param="dimensions")
+        try:
+            check_embedding_input(body.input)
+        except BaseException:
+            lease.release()
+            raise
         return await answer(request, lease, lambda: llm.create_embedding(
-            body.input, model=lease.served.name, encoding_format=body.encoding_format))
+            body.input, model=lease.served.name, encoding_format=body.encoding_format, truncate=False))
 
     @app.post("/v1/rerank", dependencies=keyed, responses=responses.RERANK)
     async def rerank(body: RerankRequest, request: Request) -> Any:

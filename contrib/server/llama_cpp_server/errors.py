@@ -2,19 +2,21 @@
 
 Handlers for the app: the server's own :class:`APIError`, FastAPI's validation errors (422, naming the
 field), Starlette's HTTP errors (404 of an unknown route, 405...), ``ValueError`` from the library (a bad
-request the engine refused: 400) and anything else (500, logged on the server, a generic message to the
-client).
+request the engine refused: 400, its ``param`` the request field the message starts with) and anything
+else (:class:`CatchAll`: 500, logged on the server, a generic message to the client).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import re
+from typing import Any, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("llama_cpp_server")
 
@@ -55,8 +57,52 @@ def _location(loc: tuple[Any, ...]) -> str:
     return out or "body"
 
 
-def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
+_LEADING_PATH = re.compile(r"([A-Za-z_]\w*)((?:\[\d+\]|\.\w+)*)")
+
+
+def _param_of(message: str, fields: frozenset[str]) -> str | None:
+    """The request field a library error is about: its messages start with the keyword's name, or the
+    path into it (``messages[0].role``)."""
+    found = _LEADING_PATH.match(message)
+    return found.group(0) if found and found.group(1) in fields else None
+
+
+class CatchAll:
+    """ASGI middleware: an exception no handler took (a bug) becomes a complete 500 in OpenAI's shape.
+
+    Starlette's own last-resort handler sends its response and then raises the exception again, and
+    uvicorn closes the connection on it, so a client's next request on that keep-alive connection was
+    reset; here the exception ends with the response.  One raised after a response started (a stream
+    sends its own error event first) can only end that response.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:  # noqa: BLE001 - the client gets a clean 500, the log the details
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response(500, f"internal error ({type(exc).__name__}); the server's log has the "
+                                     "details")(scope, receive, send)
+
+
+def install(app: FastAPI, fields: Iterable[str] = ()) -> None:
+    """Register the handlers on ``app``; ``fields``: the request bodies' field names, which a library
+    error's ``param`` may name."""
+    known = frozenset(fields)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -82,15 +128,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "There was an error parsing the body"
+            return error_response(400, f"the request body is not valid UTF-8 (JSON must be UTF-8 encoded): "
+                                  f"{exc.__cause__.reason} at byte {exc.__cause__.start}", None, "invalid_json")
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {request.method} {request.url.path}"
         return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return error_response(400, str(exc))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error ({type(exc).__name__}); the server's log has the details")
+        message = str(exc)
+        return error_response(400, message, _param_of(message, known))

@@ -48,6 +48,9 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str) -> dict[
     the served model's name, the responses' ``model`` (the library's default is the file's path)."""
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of must equal n here (every choice is returned)", param="best_of")
+    if body.suffix is not None and not llm.supports_infill():
+        raise APIError(400, "suffix: this model has no fill-in-the-middle tokens, so it cannot complete between "
+                       "a prompt and a suffix (use a code model with FIM tokens, or leave suffix out)", param="suffix")
     kwargs = _sampler_arguments(body, llm)
     kwargs.update(prompt=body.prompt, suffix=body.suffix, max_tokens=body.max_tokens or None, echo=body.echo,
                   logprobs=body.logprobs, stop=body.stop, n=body.n, model=model)
@@ -70,6 +73,17 @@ def chat_arguments(body: ChatRequest, llm: Any, model: str) -> list[dict[str, An
     for j in range(1, body.n):
         calls.append({**kwargs, "seed": None if seed is None or seed < 0 else (seed + j) & 0xFFFFFFFF})
     return calls
+
+
+def check_embedding_input(value: Any) -> None:
+    """400 for an embedding input with nothing to embed: an empty string or list, or an empty item in a list
+    (as OpenAI's API and llama-server refuse them)."""
+    items = value if isinstance(value, list) and value and not isinstance(value[0], int) else [value]
+    for i, item in enumerate(items):
+        if len(item) == 0:
+            where = "input" if items[0] is value else f"input[{i}]"
+            raise APIError(400, f"{where} is empty: every input must have some text or tokens to embed",
+                           param="input")
 
 
 def stream_shaper(body: CompletionRequest | ChatRequest) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:

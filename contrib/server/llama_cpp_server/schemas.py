@@ -16,7 +16,8 @@ Prompt = Union[str, list[str], list[int], list[list[int]]]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    # JSON has no NaN or infinity, but Python's parser reads them: a number must be finite
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -107,7 +108,7 @@ class ChatRequest(_Generation):
 
 
 class EmbeddingRequest(_Body):
-    input: Prompt
+    input: Prompt = Field(description="text, token ids, or a list of either; none of them empty")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
@@ -135,3 +136,9 @@ class TokenizeRequest(_Body):
 class DetokenizeRequest(_Body):
     tokens: list[int]
     model: str | None = None
+
+
+def body_fields() -> set[str]:
+    """Every field name of every request body (the names a library error may be about)."""
+    return {name for body in (CompletionRequest, ChatRequest, EmbeddingRequest, RerankRequest, TokenizeRequest,
+                              DetokenizeRequest) for name in body.model_fields}

@@ -1,0 +1,228 @@
+"""Hostile requests: each is a 4xx in OpenAI's error shape naming the field, decided before it takes a
+sequence, and none of them disturbs the requests running next to it.
+
+The list is what fuzzing the server from its OpenAPI schema found (5xx answers, crashes, unbounded
+memory, a stalled engine) and what a list of hostile inputs added.  Legitimate edge cases have their
+documented answer (docs/server.md, "Errors and limits").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from llama_cpp_server import Settings
+from llama_cpp_server.settings import ModelSettings
+from serving import assert_error, running
+
+CHAT = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {}}}}
+
+# (route, body, status, param, part of the message)
+HOSTILE: list[tuple[str, dict[str, Any], int, str | None, str]] = [
+    ("/v1/completions", {"model": "minilm", "prompt": "", "max_tokens": 0, "ignore_eos": True}, 400, None,
+     "attention is not causal"),
+    ("/v1/chat/completions", {"model": "minilm", "messages": CHAT, "max_tokens": 4}, 400, None,
+     "attention is not causal"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "grammar": 'root ::= "a"{5,2}'}, 400, "grammar",
+     "grammar"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "grammar": 'root ::= ((("a"){1000}){1000}){1000}'}, 400,
+     "grammar", "grammar"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "minLength": 5,
+                                                                       "maxLength": 2}}}},
+     400, None, "minLength"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "seed": 18446744073709551616}, 400, "seed",
+     "seed must be an integer in -2147483648..4294967295"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "seed": -2**70}, 400, "seed",
+     "seed must be an integer in -2147483648..4294967295"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "top_k": 2**40}, 400, "top_k", "top_k must be in"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "penalty_last_n": -2**40}, 400, "penalty_last_n",
+     "penalty_last_n must be in"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "dry_multiplier": 0.8,
+                         "dry_seq_breakers": [f"b{i}" for i in range(1000)]}, 400, "dry_seq_breakers",
+     "at most 64 are allowed"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "stop": [f"s{i}" for i in range(1000)]}, 400, "stop",
+     "at most 64 are allowed"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "logit_bias": {str(i): 1.0 for i in range(5000)}}, 400,
+     "logit_bias", "at most 4096 are allowed"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "logit_bias": {"99999999": 1.0}}, 400, "logit_bias",
+     "outside the vocabulary"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 4, "suffix": "b"}, 400, "suffix",
+     "no fill-in-the-middle tokens"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function", "function": {}}],
+                              "tool_choice": "required"}, 400, "tools[0].function.name", "name is required"),
+    ("/v1/chat/completions", {"messages": CHAT, "functions": [{}]}, 400, "functions[0].name",
+     "name is required"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": "nope"}}]}, 400, "tools[0].function.parameters", "JSON schema object"),
+    ("/v1/chat/completions", {"messages": CHAT, "tools": [TOOL] * 129}, 400, "tools", "at most 128 are allowed"),
+    ("/v1/chat/completions", {"messages": [{}]}, 400, "messages[0].role", "role must be a non-empty string"),
+    ("/v1/chat/completions", {"messages": [{"role": 3, "content": "x"}]}, 400, "messages[0].role",
+     "role must be a non-empty string"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, 400, "messages[0].content",
+     "content must be a string, a list of content parts or null"),
+    ("/v1/chat/completions", {"messages": []}, 422, "messages", "at least 1 item"),
+    ("/v1/embeddings", {"model": "minilm", "input": ""}, 400, "input", "input is empty"),
+    ("/v1/embeddings", {"model": "minilm", "input": []}, 400, "input", "input is empty"),
+    ("/v1/embeddings", {"model": "minilm", "input": [[]]}, 400, "input", "input[0] is empty"),
+    ("/v1/embeddings", {"model": "minilm", "input": ["a", ""]}, 400, "input", "input[1] is empty"),
+    ("/v1/embeddings", {"model": "minilm", "input": "word " * 20000}, 400, "input",
+     "the model's 512 trained positions"),
+    ("/v1/embeddings", {"model": "tiny", "input": "a"}, 400, "model", "does not serve embeddings"),
+    ("/detokenize", {"tokens": [10**12]}, 400, None, "outside the vocabulary"),
+    ("/v1/completions", {"prompt": [10**12], "max_tokens": 2}, 400, None, "outside the vocabulary"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 2, "n": 10**6}, 400, "n", "more than this server allows"),
+    ("/v1/completions", {"prompt": "a", "max_tokens": 2, "logprobs": 10**6}, 422, "logprobs", "less than or equal"),
+]
+
+# bodies that JSON cannot say but Python's parser reads: NaN and infinities are refused by name
+NON_FINITE = [
+    ('{"prompt": "a", "max_tokens": 2, "temperature": Infinity}', "temperature"),
+    ('{"prompt": "a", "max_tokens": 2, "logit_bias": {"5": NaN}}', "logit_bias.5"),
+    ('{"prompt": "a", "max_tokens": 2, "top_p": -Infinity}', "top_p"),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory, minilm_model_path: Path) -> Iterator[str]:
+    from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
+    from serving import CHAT_TEMPLATE
+
+    tiny = write_tiny_llama(tmp_path_factory.mktemp("hostile") / "tiny.gguf",
+                            TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
+    settings = Settings(models=[
+        ModelSettings(model=str(tiny), model_alias="tiny", n_ctx=2048, n_seq_max=4, n_threads=2),
+        ModelSettings(model=str(minilm_model_path), model_alias="minilm", embeddings=True, n_ctx=2048, n_threads=2),
+    ], max_loaded_models=2)
+    with running(settings) as base:
+        warm = httpx.post(f"{base}/v1/embeddings", json={"model": "minilm", "input": "load it"}, timeout=60)
+        assert warm.status_code == 200, warm.text  # both models loaded: memory is measured from here
+        yield base
+
+
+@pytest.fixture(scope="module")
+def baseline(base_url: str) -> str:
+    """The greedy text every hostile request must leave unchanged."""
+    return greedy(base_url, "The cat")
+
+
+def greedy(base: str, prompt: str, n: int = 32) -> str:
+    r = httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0,
+                                                   "ignore_eos": True}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"]
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("route, body, status, param, says", HOSTILE,
+                         ids=[f"{i}-{h[0].rsplit('/', 1)[-1]}" for i, h in enumerate(HOSTILE)])
+def test_hostile_request_is_a_clear_4xx(base_url: str, baseline: str, route: str, body: dict[str, Any],
+                                        status: int, param: str | None, says: str) -> None:
+    memory = rss_mb()
+    started = time.monotonic()
+    response = httpx.post(f"{base_url}{route}", json=body, timeout=60)
+    seconds = time.monotonic() - started
+    assert_error(response, status, param=param, says=says)
+    assert seconds < 5.0, f"{route} took {seconds:.1f} s to refuse"  # a guard against hanging, not a benchmark
+    assert rss_mb() - memory < 50
+    assert greedy(base_url, "The cat") == baseline
+
+
+@pytest.mark.parametrize("grammar", ['root ::= "a"{5,2}', 'root ::= ((("a"){1000}){1000}){1000}'])
+def test_a_hostile_grammar_is_refused_within_a_second(base_url: str, grammar: str) -> None:
+    memory = rss_mb()
+    started = time.monotonic()
+    response = httpx.post(f"{base_url}/v1/completions", json={"prompt": "a", "max_tokens": 2, "grammar": grammar},
+                          timeout=60)
+    assert time.monotonic() - started < 1.0
+    assert_error(response, 400, param="grammar")
+    assert rss_mb() - memory < 50
+
+
+@pytest.mark.parametrize("body, param", NON_FINITE)
+def test_numbers_must_be_finite(base_url: str, body: str, param: str) -> None:
+    response = httpx.post(f"{base_url}/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert_error(response, 422, param=param, says="finite number")
+
+
+def test_a_body_that_is_not_utf8_is_named(base_url: str) -> None:
+    response = httpx.post(f"{base_url}/v1/completions", content=b'{"prompt": "\xff\xfe"}',
+                          headers={"content-type": "application/json"})
+    assert_error(response, 400, says="the request body is not valid UTF-8")
+
+
+def test_documented_edge_cases(base_url: str) -> None:
+    """Legitimate input with its documented answer: an empty prompt starts from BOS (as llama-server's
+    tokenizer does), an empty token list detokenizes to empty text."""
+    for prompt in ("", [], [[]], [""]):
+        r = httpx.post(f"{base_url}/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 1
+    r = httpx.post(f"{base_url}/detokenize", json={"tokens": []})
+    assert r.status_code == 200 and r.json()["content"] == ""
+
+
+def _stream(base: str, prompt: str, out: dict[str, str]) -> None:
+    text = ""
+    with httpx.stream("POST", f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 160, "temperature": 0,
+                                                               "ignore_eos": True, "stream": True}, timeout=120) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                assert "error" not in event, event
+                text += "".join(c["text"] for c in event["choices"])
+    out[prompt] = text
+
+
+def test_hostile_requests_leave_running_streams_unchanged(base_url: str) -> None:
+    prompts = ["The cat", "Once upon a time", "In a village"]
+    expected = {p: greedy(base_url, p, 160) for p in prompts}
+    got: dict[str, str] = {}
+    streams = [threading.Thread(target=_stream, args=(base_url, p, got)) for p in prompts]
+    for thread in streams:
+        thread.start()
+    statuses = []
+
+    def hostile(i: int) -> None:
+        route, body, status, _param, _says = HOSTILE[i % len(HOSTILE)]
+        statuses.append((httpx.post(f"{base_url}{route}", json=body, timeout=60).status_code, status))
+
+    attackers = [threading.Thread(target=hostile, args=(i,)) for i in range(20)]
+    for thread in attackers:
+        thread.start()
+    for thread in attackers + streams:
+        thread.join(120)
+    assert all(got_status == wanted for got_status, wanted in statuses), statuses
+    assert len(statuses) == 20
+    assert got == expected
+
+
+def test_a_500_is_a_whole_response_and_the_connection_stays_usable(base_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_cpp import Llama
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> bytes:
+        raise RuntimeError("a bug")
+
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        assert client.post("/tokenize", json={"content": "hi"}).status_code == 200
+        monkeypatch.setattr(Llama, "detokenize", broken)
+        error = assert_error(client.post("/detokenize", json={"tokens": [1, 2]}), 500, says="internal error")
+        assert "a bug" not in error["message"]  # the client learns there was a bug, the log has the details
+        monkeypatch.undo()
+        for _ in range(3):  # the same keep-alive connection answers the next requests
+            assert client.post("/tokenize", json={"content": "hi"}).status_code == 200
