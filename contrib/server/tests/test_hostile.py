@@ -98,8 +98,9 @@ def base_url(tmp_path_factory: pytest.TempPathFactory, minilm_model_path: Path) 
     tiny = write_tiny_llama(tmp_path_factory.mktemp("hostile") / "tiny.gguf",
                             TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
     settings = Settings(models=[
-        ModelSettings(model=str(tiny), model_alias="tiny", n_ctx=2048, n_seq_max=4, n_threads=2),
-        ModelSettings(model=str(minilm_model_path), model_alias="minilm", embeddings=True, n_ctx=2048, n_threads=2),
+        ModelSettings(model=str(tiny), model_alias="tiny", n_ctx=2048, n_seq_max=4, n_threads=1, n_threads_batch=1),
+        ModelSettings(model=str(minilm_model_path), model_alias="minilm", embeddings=True, n_ctx=2048, n_threads=1,
+                      n_threads_batch=1),
     ], max_loaded_models=2)
     with running(settings) as base:
         warm = httpx.post(f"{base}/v1/embeddings", json={"model": "minilm", "input": "load it"}, timeout=60)
