@@ -135,6 +135,19 @@ def _generated_ids(model: Path, prompt: str, n: int, n_ctx: int = 512) -> list[i
     return tokens + ids
 
 
+def _copied_run(sequence: list[int], n_prompt: int) -> int:
+    """How many of the generated tokens, from the first on, repeat a run of the prompt's tokens."""
+    prompt, generated = sequence[:n_prompt], sequence[n_prompt:]
+
+    def in_prompt(run: list[int]) -> bool:
+        return any(prompt[i:i + len(run)] == run for i in range(len(prompt) - len(run) + 1))
+
+    n = 0
+    while n < len(generated) and in_prompt(generated[:n + 1]):
+        n += 1
+    return n
+
+
 TINY_CASES = {
     "draft-simple": ("target", {"draft_model_path": "target"}),
     "draft-eagle3": ("target", {"draft_model_path": "eagle3"}),
@@ -190,7 +203,15 @@ def test_smollm2_repetitive_prompts_equal_plain_greedy(spec_type: str, smollm2_m
         text, spy, llm = _run(smollm2_model_path, config, prompt, 80, n_ctx=1024)
         assert text == expected_text
         drafted, accepted = _check_drafts(spy, expected)
-        assert accepted > 20, (drafted, accepted)  # these prompts repeat themselves
+        # these prompts repeat themselves: the greedy text copies the prompt for `copied` tokens (the code,
+        # the poem), then goes its own way (after the poem: "The answer is: 2"; what a quantized model writes
+        # there may differ between CPUs).  An n-gram drafter first matches an n-gram of the copy (ngram-mod,
+        # the slowest: 24 tokens, and 48 to chain; its first draft comes 23 to 27 tokens into these copies)
+        # and is then right to the copy's end: the drafts accepted within the copy bound the count from
+        # below, whatever follows it (a fixed count did not: ngram-mod accepts 14 of the poem's 42)
+        copied = _copied_run(expected, len(expected) - 80)
+        assert copied > 32, copied
+        assert accepted >= copied - 32, (drafted, accepted, copied)
         llm.close()
     plain.close()
 
