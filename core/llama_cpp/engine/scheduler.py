@@ -732,9 +732,6 @@ class Scheduler:
         request.close_sampler()
         slot.request = None
         slot.pending = []
-        if slot.sampler is not None:
-            slot.sampler.close()
-            slot.sampler = None
         self._dirty = True
 
     def _store(self, slot: Slot) -> None:
