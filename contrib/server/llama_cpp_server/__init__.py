@@ -8,7 +8,8 @@ security switches, metrics, the chat page and the Ray Serve recipe.
 from __future__ import annotations
 
 from .app import create_app
-from .models import ModelPool
-from .settings import ModelSettings, ServerSettings, Settings, load_settings
+from .models import LlamaProxy, ModelPool
+from .settings import ConfigFileSettings, ModelSettings, ServerSettings, Settings, load_settings
 
-__all__ = ["ModelPool", "ModelSettings", "ServerSettings", "Settings", "create_app", "load_settings"]
+__all__ = ["ConfigFileSettings", "LlamaProxy", "ModelPool", "ModelSettings", "ServerSettings", "Settings",
+           "create_app", "load_settings"]

@@ -1,6 +1,7 @@
 """The FastAPI application: routes in OpenAI's shapes over the engine, and the server's guards.
 
-``create_app(settings)`` wires the model pool, the guards (API keys, CORS, body size), the error handlers,
+``create_app(settings)`` (or the reference's ``create_app(server_settings=..., model_settings=[...])``)
+wires the model pool, the guards (API keys, CORS, body size), the error handlers,
 the routes and the chat page.  Every generation goes through the model's engine (many requests share one
 context, up to ``n_seq_max`` at once; the rest wait in the engine's queue, up to ``max_queue``).
 """
@@ -18,9 +19,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import errors, responses
+from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, require_api_key
 from .metrics import render_metrics
@@ -29,17 +31,30 @@ from .choices import chat_choice_streams, chat_choices
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper
 from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
                       TokenizeRequest, body_fields)
-from .settings import Settings
+from .settings import ModelSettings, ServerSettings, Settings, load_settings
 
 STATIC = Path(__file__).parent / "static"
 
+__all__ = ["create_app"]
 
-def create_app(settings: Settings | None = None, pool: ModelPool | None = None) -> FastAPI:
-    """The server's app for ``settings`` (default: ``Settings()``, the environment's)."""
-    settings = settings or Settings()
-    server = settings.server()
-    pool = pool or ModelPool(settings.model_list(), server)
+
+def create_app(settings: Settings | None = None, server_settings: ServerSettings | None = None,
+               model_settings: list[ModelSettings] | None = None, *, pool: ModelPool | None = None) -> FastAPI:
+    """The server's app for ``settings`` (everything in one), or for ``server_settings`` with
+    ``model_settings`` (the reference's form: what its config file holds, :class:`ConfigFileSettings`).
+    With neither, the settings of the environment and of the config file it names (``CONFIG_FILE``), as
+    ``uvicorn llama_cpp.server.app:create_app --factory`` runs it."""
+    if (server_settings is None) != (model_settings is None):
+        raise ValueError("server_settings and model_settings go together")
+    if server_settings is None or model_settings is None:
+        settings = settings or load_settings([])
+        server_settings, model_settings = settings.server(), settings.model_list()
+    elif settings is not None:
+        raise ValueError("pass settings, or server_settings with model_settings, not both")
+    server = server_settings
+    pool = pool or ModelPool(model_settings, server)
     workers = Workers()
+    ping_interval = None if server.disable_ping_events else bridge.PING_INTERVAL
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -53,8 +68,9 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
             else:  # freeing a model under a decoding thread would crash the process: the exit frees it
                 errors.log.warning("requests still running at shutdown: the models are left loaded")
 
-    app = FastAPI(title="llama_cpp server", version="0.4.0", lifespan=lifespan, root_path=server.root_path,
-                  docs_url=None, redoc_url=None, openapi_url=None)  # both served below, /openapi.json keyed
+    app = FastAPI(title="llama_cpp server", version=llama_cpp.__version__, lifespan=lifespan,
+                  root_path=server.root_path, docs_url=None, redoc_url=None,
+                  openapi_url=None)  # both served below, /openapi.json keyed
     responses.install(app)
     app.state.pool = pool
     app.state.settings = server
@@ -84,7 +100,8 @@ def create_app(settings: Settings | None = None, pool: ModelPool | None = None) 
         """A streamed answer (SSE); the lease is held until the stream ends."""
         request_scope = scope()
         try:
-            items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers)
+            items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers,
+                                      ping_interval=ping_interval)
             first = await items.__anext__()
         except BaseException:
             lease.release()

@@ -4,7 +4,9 @@ Each call runs on a worker thread inside a :class:`~llama_cpp.engine.RequestScop
 can cancel the engine requests it made when the client disconnects or the request's time is up (the
 sequence is freed at the engine's next tick, not when the generation would have ended).  Streams are
 pulled on the worker thread and handed to the loop chunk by chunk; an error before the first chunk is an
-ordinary error response, one after it ends the stream with an error event.
+ordinary error response, one after it ends the stream with an error event.  A stream also carries a
+``: ping`` comment every :data:`PING_INTERVAL` seconds, as the reference's sse-starlette streams do, so
+that a proxy with an idle timeout keeps a stream whose tokens are slow to come.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import json
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from fastapi import Request
@@ -96,6 +99,18 @@ async def run_call(request: Request, call: Callable[[], Any], *, timeout: float,
                    code="timeout")
 
 
+# Seconds between a stream's pings, counted from its first event: sse-starlette's interval (15 s), which the
+# reference server keeps.  The server's disable_ping_events turns them off.
+PING_INTERVAL = 15.0
+
+
+class _Ping:
+    """What a stream yields when a ping is due (sent as an SSE comment, which clients skip)."""
+
+
+PING = _Ping()
+
+
 class _End:
     """What a stream's worker sends when it is done (``error`` set if it failed)."""
 
@@ -104,10 +119,12 @@ class _End:
 
 
 async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scope: RequestScope,
-                      workers: Workers) -> AsyncIterator[Any]:
+                      workers: Workers, ping_interval: float | None = None) -> AsyncIterator[Any]:
     """The items of ``make()``'s iterator, produced on a worker thread.  Awaiting the result's first item
     raises what ``make`` raised before producing anything (a bad request is an error response, not a
-    stream); the iterator's ``aclose()`` (a disconnect) cancels the engine requests."""
+    stream); the iterator's ``aclose()`` (a disconnect) cancels the engine requests.  With
+    ``ping_interval``, :data:`PING` comes in between, that many seconds after the first item and then after
+    each ping, however many items flow (sse-starlette's clock, not an idle timer)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     deadline = time.monotonic() + timeout
@@ -127,11 +144,20 @@ async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scop
     worker = asyncio.ensure_future(run_in_threadpool(work))
 
     async def items() -> AsyncIterator[Any]:
+        next_ping: float | None = None  # none before the first item: until then the answer has not started
         try:
             while True:
+                now = time.monotonic()
+                if next_ping is not None and ping_interval is not None and now >= next_ping:
+                    next_ping = now + ping_interval
+                    yield PING
+                    continue
+                wake = deadline if next_ping is None else min(deadline, next_ping)
                 try:
-                    item = await asyncio.wait_for(queue.get(), max(0.0, deadline - time.monotonic()))
+                    item = await asyncio.wait_for(queue.get(), max(0.0, wake - now))
                 except asyncio.TimeoutError:
+                    if time.monotonic() < deadline:
+                        continue  # a ping is due
                     raise APIError(504, f"the request took longer than request_timeout ({timeout:g} s) and was "
                                    "cancelled", code="timeout") from None
                 if isinstance(item, _End):
@@ -139,6 +165,8 @@ async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scop
                         raise item.error
                     return
                 yield item
+                if next_ping is None and ping_interval is not None:
+                    next_ping = time.monotonic() + ping_interval
         finally:
             scope.cancel()
             await asyncio.wait({worker})
@@ -154,15 +182,24 @@ def sse(data: Any) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+def ping_event() -> bytes:
+    """A ping as sse-starlette writes it: a comment with the time (``: ping - 2025-01-01 12:00:00+00:00``)."""
+    return f": ping - {datetime.now(timezone.utc)}\n\n".encode()
+
+
 async def sse_events(first: Any, rest: AsyncIterator[Any], shape: Callable[[Any], list[Any]],
                      scope: RequestScope) -> AsyncIterator[bytes]:
-    """The SSE body: each item shaped into zero or more events, ``[DONE]`` at the end; an error after the
-    stream started is sent as an error event (the status line is gone by then).  However it ends (a
-    disconnect cancels the task that sends it), the scope's requests are cancelled first, synchronously."""
+    """The SSE body: each item shaped into zero or more events, pings as comments, ``[DONE]`` at the end;
+    an error after the stream started is sent as an error event (the status line is gone by then).  However
+    it ends (a disconnect cancels the task that sends it), the scope's requests are cancelled first,
+    synchronously."""
     try:
         for event in shape(first):
             yield sse(event)
         async for item in rest:
+            if item is PING:
+                yield ping_event()
+                continue
             for event in shape(item):
                 yield sse(event)
     except APIError as exc:

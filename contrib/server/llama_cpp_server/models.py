@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import logging
 import threading
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from starlette.concurrency import run_in_threadpool
 
@@ -21,42 +23,74 @@ from llama_cpp.llama_embedding import LlamaEmbedding
 from .errors import APIError
 from .settings import ModelSettings, ServerSettings
 
+__all__ = ["LlamaProxy", "ModelPool", "llama_kwargs", "load_llama"]
+
 log = logging.getLogger("llama_cpp_server")
 
 
+# ModelSettings fields that are not Llama keywords as they stand: the model file and its names, which the
+# server reads itself; the settings it turns into other Llama keywords below; and the reference's spellings
+# that ModelSettings already turned into Llama's (embedding, flash_attn, draft_model).  Every other field is
+# passed to Llama under its own name when it is set (chat_handler_kwargs too, with the server's media
+# policy added for a projector).
+NOT_PASSED = frozenset({
+    "model", "model_alias", "hf_repo", "hf_file", "hf_model_repo_id", "mmproj_path", "clip_model_path",
+    "chat_format", "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "cache", "cache_type",
+    "cache_size", "embedding", "flash_attn", "draft_model", "draft_model_num_pred_tokens",
+})
+PASSED = tuple(name for name in ModelSettings.model_fields if name not in NOT_PASSED)
+
+
+def _chat_kwargs(model: ModelSettings) -> dict[str, Any]:
+    """``chat_format``, or for the reference's Hugging Face formats the handler (and tokenizer) they stand for."""
+    kwargs: dict[str, Any] = {}
+    if model.hf_pretrained_model_name_or_path is not None:  # the reference loads it whatever the chat format
+        from llama_cpp.llama_tokenizer import LlamaHFTokenizer
+
+        kwargs["tokenizer"] = LlamaHFTokenizer.from_pretrained(model.hf_pretrained_model_name_or_path)
+    if model.chat_format == "hf-autotokenizer":
+        from llama_cpp.llama_chat_format import hf_autotokenizer_to_chat_completion_handler
+
+        kwargs["chat_handler"] = hf_autotokenizer_to_chat_completion_handler(model.hf_pretrained_model_name_or_path)
+    elif model.chat_format == "hf-tokenizer-config":
+        from llama_cpp.llama_chat_format import hf_tokenizer_config_to_chat_completion_handler
+
+        config = json.loads(Path(model.hf_tokenizer_config_path or "").read_text(encoding="utf-8"))
+        kwargs["chat_handler"] = hf_tokenizer_config_to_chat_completion_handler(config)
+    else:
+        kwargs["chat_format"] = model.chat_format
+    return kwargs
+
+
 def llama_kwargs(model: ModelSettings, server: ServerSettings) -> dict[str, Any]:
-    """``Llama``'s keywords for ``model``: its settings, and the server's media policy for a projector."""
-    kwargs: dict[str, Any] = {
-        "n_ctx": model.n_ctx, "n_seq_max": model.n_seq_max, "n_batch": model.n_batch, "n_ubatch": model.n_ubatch,
-        "n_gpu_layers": model.n_gpu_layers, "seed": model.seed, "embeddings": model.embeddings,
-        "verbose": model.verbose, "chat_format": model.chat_format,
-    }
-    if model.n_threads is not None:
-        kwargs["n_threads"] = model.n_threads
-    if model.n_threads_batch is not None:
-        kwargs["n_threads_batch"] = model.n_threads_batch
+    """``Llama``'s keywords for ``model``: every setting it gave, and the server's media policy for a projector."""
+    kwargs = {name: value for name in PASSED if (value := getattr(model, name)) is not None}
+    kwargs.update(_chat_kwargs(model))
     if model.cache:
         kwargs["cache"] = {"strategy": model.cache_type, "capacity_bytes": model.cache_size}
-    if model.speculative:
-        kwargs["speculative"] = dict(model.speculative)
     if model.mmproj_path:
         from llama_cpp.llama_multimodal import MediaPolicy
 
         policy = MediaPolicy(allow_remote=server.allow_remote_media, allow_private_addresses=server.allow_private_media,
                              allow_local_files=server.allow_local_media)
         kwargs["mmproj_path"] = model.mmproj_path
-        kwargs["chat_handler_kwargs"] = {"media_policy": policy, "verbose": model.verbose}
-    kwargs.update(model.llama_kwargs)
+        kwargs["chat_handler_kwargs"] = {"verbose": model.verbose, **(model.chat_handler_kwargs or {}),
+                                         "media_policy": policy}
     return kwargs
 
 
 def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
     """Load ``model`` (its file, a Hub download, or the default model).  An ``embeddings`` model is a
     ``LlamaEmbedding``: unit-length vectors as OpenAI's and llama-server's embeddings are, and ``rank`` for a
-    reranker (/v1/rerank)."""
+    reranker (/v1/rerank).  A model from the Hub takes its projector from the same repository, as the
+    reference's ``clip_model_path`` with ``hf_model_repo_id`` does."""
     kwargs = llama_kwargs(model, server)
     cls = LlamaEmbedding if model.embeddings else Llama
     if model.hf_repo:
+        if model.mmproj_path:
+            from llama_cpp._hub import hub_download
+
+            kwargs["mmproj_path"] = hub_download(model.hf_repo, model.mmproj_path)[0]
         return cls.from_pretrained(model.hf_repo, model.hf_file, **kwargs)
     path = model.model
     if path is None:
@@ -146,12 +180,18 @@ class ModelPool:
             self.failure = f"{type(exc).__name__}: {exc}"
             log.error("loading %s failed: %s", self.names[0], self.failure)
 
-    async def _get(self, name: str) -> Served:
+    def _recent(self, name: str) -> Served | None:
+        """``name`` if it is loaded, marked as the most recently used."""
         with self._lock:
             served = self._loaded.get(name)
             if served is not None:
                 self._loaded.move_to_end(name)
-                return served
+            return served
+
+    async def _get(self, name: str) -> Served:
+        served = self._recent(name)
+        if served is not None:
+            return served
         pending = self._loading.get(name)
         if pending is None:
             pending = self._loading[name] = asyncio.ensure_future(self._load(name))
@@ -162,18 +202,21 @@ class ModelPool:
                 self._loading.pop(name, None)
 
     async def _load(self, name: str) -> Served:
-        spec = self.specs[name]
-        llama = await run_in_threadpool(self._loader, spec, self.server)
-        served = Served(name, spec, llama, self.server.max_queue)
+        return self._register(name, await run_in_threadpool(self._loader, self.specs[name], self.server))
+
+    def _register(self, name: str, llama: Llama) -> Served:
+        """``llama``, just loaded for ``name``, among the loaded models (unloading idle ones past the limit)."""
+        served = Served(name, self.specs[name], llama, self.server.max_queue)
         with self._lock:
             self._loaded[name] = served
         self._unload_idle()
         return served
 
-    def _unload_idle(self) -> None:
-        """Close the least recently used idle models past ``max_loaded_models``."""
+    def _unload_idle(self, room: int = 0) -> None:
+        """Close the least recently used idle models past ``max_loaded_models`` (less ``room`` for models
+        about to be loaded)."""
         with self._lock:
-            excess = len(self._loaded) - self.server.max_loaded_models
+            excess = len(self._loaded) + room - self.server.max_loaded_models
             victims = [s for s in self._loaded.values() if s.in_flight == 0][:max(0, excess)]
             for served in victims:
                 del self._loaded[served.name]
@@ -203,3 +246,49 @@ class ModelPool:
             loaded, self._loaded = list(self._loaded.values()), collections.OrderedDict()
         for served in loaded:
             served.llama.close()
+
+
+class LlamaProxy(ModelPool):
+    """The reference's model holder (``llama_cpp.server.model.LlamaProxy``), for code that loads models by
+    their settings without the app: ``proxy(name)`` is the ``Llama`` of the model called ``name`` (None:
+    the first one, which the constructor loads), loaded on first use.  Before it loads one, it closes the
+    least recently used models past ``max_loaded_models`` (default 1: one model at a time, as the reference
+    keeps them).  Iterating gives the names, ``proxy[name]`` a model's settings and ``proxy[name] =
+    settings`` adds or replaces one; ``free()`` closes every model.
+
+    Difference from the reference: an unknown name raises (it served the first model instead).  The app
+    itself does not use this class: its :class:`ModelPool` also counts each model's requests, so that a
+    model in use is never unloaded.
+    """
+
+    def __init__(self, models: list[ModelSettings], server: ServerSettings | None = None,
+                 loader: Callable[[ModelSettings, ServerSettings], Llama] = load_llama) -> None:
+        super().__init__(models, server or ServerSettings(), loader)
+        self()
+
+    def __call__(self, model: str | None = None) -> Llama:
+        name = self.resolve(model)
+        served = self._recent(name)
+        if served is None:
+            self._unload_idle(room=1)
+            served = self._register(name, self._loader(self.specs[name], self.server))
+        return served.llama
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __getitem__(self, model: str) -> dict[str, Any]:
+        return self.specs[model].model_dump()
+
+    def __setitem__(self, model: str, settings: ModelSettings | str | bytes) -> None:
+        if isinstance(settings, (str, bytes)):
+            settings = ModelSettings.model_validate_json(settings)
+        self.specs[model] = settings
+
+    def free(self) -> None:
+        self.close()
+
+    @staticmethod
+    def load_llama_from_model_settings(settings: ModelSettings) -> Llama:
+        """The reference's loader: the ``Llama`` that ``settings`` describe (media policy: the defaults)."""
+        return load_llama(settings, ServerSettings())

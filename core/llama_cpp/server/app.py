@@ -3,8 +3,6 @@ llama_cpp.server.app:create_app --factory``), forwarded to llama-cpp-server."""
 
 from __future__ import annotations
 
-from . import _server
+from . import _forward
 
-create_app = _server().create_app
-
-__all__ = ["create_app"]
+__all__ = _forward(globals(), "app")
