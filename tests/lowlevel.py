@@ -1,4 +1,4 @@
-"""Small helpers over the raw C API shared by the low-level tests."""
+"""Small helpers over the low-level (ctypes) C API shared by the low-level tests."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ def load_model(path: Path, *, vocab_only: bool = False):
     params = C.llama_model_default_params()
     params.vocab_only = vocab_only
     model = C.llama_model_load_from_file(str(path).encode(), params)
-    assert model != C.ffi.NULL, f"failed to load {path}"
+    assert model, f"failed to load {path}"  # a handle is an int; NULL is None
     return model
 
 
 def tokenize(vocab, text: bytes, *, add_special: bool, parse_special: bool) -> list[int]:
     capacity = len(text) + 8
-    buf = C.ffi.new("llama_token[]", capacity)
+    buf = (C.llama_token * capacity)()
     n = C.llama_tokenize(vocab, text, len(text), buf, capacity, add_special, parse_special)
     if n < 0:  # the buffer was too small: -n is the size needed
         capacity = -n
-        buf = C.ffi.new("llama_token[]", capacity)
+        buf = (C.llama_token * capacity)()
         n = C.llama_tokenize(vocab, text, len(text), buf, capacity, add_special, parse_special)
     assert n >= 0
     return list(buf[0:n])

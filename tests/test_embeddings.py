@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 import pytest
-from llama_cpp_native import ffi, lib
+import llama_cpp
 
 from llama_cpp import Llama
 from llama_cpp.embd_normalize import cosine_similarity, norm_mode, normalize_rows
@@ -477,8 +477,8 @@ def test_convert_bert_sequence_classifier_is_a_reranker(tmp_path):
     path = convert_bert(tmp_path / "ranker", tmp_path / "ranker.gguf")
     with LlamaEmbedding(str(path), n_threads=2, verbose=False) as llm:
         assert llm.pooling_type() == LLAMA_POOLING_TYPE_RANK
-        assert lib.llama_model_n_cls_out(llm.model) == 2
-        assert ffi.string(lib.llama_model_cls_label(llm.model, 0)) == b"relevant"
+        assert llama_cpp.llama_model_n_cls_out(llm.model) == 2  # the low-level API takes Llama.model
+        assert llama_cpp.llama_model_cls_label(llm.model, 0) == b"relevant"
         ids = llm.tokenize(b"hello moon") + llm.tokenize(b"good night")[1:]  # [CLS] q [SEP] d [SEP]
         assert ids == [3, 6, 10, 4, 8, 9, 4]
         score = llm.rank("hello moon", ["good night"])[0]

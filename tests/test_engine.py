@@ -244,7 +244,7 @@ def test_bounded_stress(tiny_model_path: Path) -> None:
         assert errors == []
         scheduler = llm.scheduler
         assert not scheduler.waiting and all(slot.request is None for slot in scheduler.slots)
-        mem = lib.llama_get_memory(llm.ctx)
+        mem = scheduler.ctx.mem
         for slot in scheduler.slots:  # memory holds exactly what each ledger says, nothing leaked
             assert lib.llama_memory_seq_pos_max(mem, slot.seq_id) == len(slot.ledger) - 1
         llm.reset()

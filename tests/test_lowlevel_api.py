@@ -5,31 +5,50 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
+import pytest
+
 import llama_cpp
 from llama_cpp import llama_cpp as C
 
 
-def test_seed_readme_low_level_example_in_cffi_form(tiny_model_path: Path) -> None:
-    """The README's low-level tokenization example, with cffi arrays instead of ctypes ones."""
-    llama_cpp.llama_backend_init()  # must be called once at the start of each program
+def test_seed_readme_low_level_example(tiny_model_path: Path) -> None:
+    """The README's low-level tokenization example as pasted, but for the reference's own two bugs: it
+    loads the model with the context's parameters (ctypes refuses a llama_context_params where
+    llama_model_params is due) and calls llama_tokenize with the context and without the text's length
+    and parse_special (llama.h: vocab, text, text_len, tokens, n_tokens_max, add_special, parse_special)."""
+    import ctypes
+
+    llama_cpp.llama_backend_init(False)  # Must be called once at the start of each program
     params = llama_cpp.llama_context_default_params()
-    # bytes for char * params; the seed's deprecated entry points are still exported
-    model = llama_cpp.llama_load_model_from_file(str(tiny_model_path).encode(), llama_cpp.llama_model_default_params())
+    # use bytes for char * params
+    model = llama_cpp.llama_load_model_from_file(str(tiny_model_path).encode(),
+                                                 llama_cpp.llama_model_default_params())  # bug 1: was params
     ctx = llama_cpp.llama_new_context_with_model(model, params)
     max_tokens = params.n_ctx
-    tokens = llama_cpp.ffi.new("llama_token[]", max_tokens)  # was (llama_token * max_tokens)()
-    vocab = llama_cpp.llama_model_get_vocab(model)  # llama_tokenize takes the vocab now
+    # use ctypes arrays for array params
+    tokens = (llama_cpp.llama_token * int(max_tokens))()
+    vocab = llama_cpp.llama_model_get_vocab(model)  # bug 2: llama_tokenize takes the vocab and the length
     text = b"Q: Name the planets in the solar system? A: "
-    n_tokens = llama_cpp.llama_tokenize(vocab, text, len(text), tokens, max_tokens, True, False)
+    n_tokens = llama_cpp.llama_tokenize(vocab, text, len(text), tokens, max_tokens, llama_cpp.c_bool(True), False)
     assert n_tokens > 5
     assert tokens[0] == llama_cpp.llama_vocab_bos(vocab)
 
-    out = llama_cpp.ffi.new("char[]", 256)
+    out = ctypes.create_string_buffer(256)
     n = llama_cpp.llama_detokenize(vocab, tokens, n_tokens, out, 256, True, False)
     # SPM vocabularies decode the space they prefix to the first word
-    assert llama_cpp.ffi.buffer(out, n)[:] == b" " + text
+    assert out.raw[:n] == b" " + text
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(model)
+
+
+def test_the_seed_example_as_pasted_fails_with_ctypes_own_errors(tiny_model_path: Path) -> None:
+    """The reference's two bugs are refused before C sees them, as ctypes refuses them there."""
+    import ctypes
+
+    with pytest.raises(ctypes.ArgumentError, match="llama_model_params"):
+        llama_cpp.llama_load_model_from_file(str(tiny_model_path).encode(), llama_cpp.llama_context_default_params())
+    with pytest.raises(TypeError, match="7 arguments"):
+        llama_cpp.llama_tokenize(None, b"x", (llama_cpp.llama_token * 8)(), 8, llama_cpp.c_bool(True))
 
 
 def test_enums_are_intenums_with_the_c_values() -> None:
@@ -43,7 +62,7 @@ def test_enums_are_intenums_with_the_c_values() -> None:
         cls = getattr(C, name)
         assert issubclass(cls, enum.IntEnum) and len(cls) > 1, name
         for member in cls:  # the values come from the compiler, not from a copy of the header
-            assert getattr(C.lib, member.name) == member.value
+            assert getattr(C.lib, member.name) == member.value == getattr(C, member.name)
 
 
 def test_module_level_constants_seed_users_import() -> None:
@@ -73,16 +92,16 @@ def test_struct_params_are_read_and_written_as_attributes() -> None:
 def test_log_callback_receives_llama_cpp_messages(tiny_model_path: Path) -> None:
     seen: list[str] = []
 
-    @C.ffi.callback("ggml_log_callback")
+    @C.llama_log_callback  # the ctypes binding's name for ggml_log_callback's prototype
     def on_log(level, text, user_data):  # noqa: ANN001 - C callback signature
-        seen.append(C.ffi.string(text).decode("utf-8", "replace"))
+        seen.append(text.decode("utf-8", "replace"))
 
-    C.llama_log_set(on_log, C.ffi.NULL)
+    C.llama_log_set(on_log, None)
     try:
         params = C.llama_model_default_params()
         params.vocab_only = True
         model = C.llama_model_load_from_file(str(tiny_model_path).encode(), params)
         C.llama_model_free(model)
     finally:
-        C.llama_log_set(C.ffi.NULL, C.ffi.NULL)
+        C.llama_log_set(None, None)
     assert any("llama" in line for line in seen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
 
 from llama_cpp import llama_cpp, mtmd_cpp
@@ -32,4 +33,5 @@ def test_default_params_and_marker() -> None:
     params.warmup = False
     assert not params.warmup
     assert mtmd_cpp.default_marker() == "<__media__>"
-    assert mtmd_cpp.ffi.string(mtmd_cpp.mtmd_default_marker()) == b"<__media__>"
+    assert mtmd_cpp.mtmd_default_marker() == b"<__media__>"  # const char *: bytes, as with ctypes
+    assert isinstance(params, mtmd_cpp.mtmd_context_params) and mtmd_cpp.mtmd_context_p_ctypes is ctypes.c_void_p

@@ -4,6 +4,8 @@ decode path through the C API generates (the oracle the multimodal engine will b
 
 from __future__ import annotations
 
+import ctypes
+
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -20,7 +22,6 @@ from oracle import llama_mtmd_cli, tool
 from llama_cpp import llama_cpp as C
 from llama_cpp import mtmd_cpp as M
 
-ffi = M.ffi
 N_BATCH = 2048  # llama-mtmd-cli's defaults: -b 2048, -ub 512
 N_UBATCH = 512
 THREADS = 2
@@ -39,10 +40,10 @@ class Pair:
         return C.llama_model_get_vocab(self.model)
 
     def piece(self, token: int) -> bytes:
-        buf = ffi.new("char[]", 256)
+        buf = ctypes.create_string_buffer(256)
         n = C.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
         assert n >= 0
-        return ffi.buffer(buf, n)[:]
+        return buf.raw[:n]
 
 
 @contextmanager
@@ -57,7 +58,7 @@ def open_pair(paths: tuple[Path, Path], n_ctx: int = 4096) -> Iterator[Pair]:
     mparams.n_threads = THREADS
     mparams.warmup = False
     mctx = M.mtmd_init_from_file(str(mmproj).encode(), model, mparams)
-    assert lctx != ffi.NULL and mctx != ffi.NULL
+    assert lctx and mctx  # handles are ints; NULL is None
     try:
         yield Pair(model, lctx, mctx)
     finally:
@@ -72,13 +73,13 @@ def tokenized(pair: Pair, prompt: str, media: list[Path]) -> Iterator[Any]:
     media files, whose bitmaps come from ``mtmd_helper_bitmap_init_from_file``."""
     bitmaps = [M.mtmd_helper_bitmap_init_from_file(pair.mctx, str(m).encode(), False,
                                                    M.mtmd_helper_init_opt_default()).bitmap for m in media]
-    assert all(b != ffi.NULL for b in bitmaps)
+    assert all(bitmaps)
     chunks = M.mtmd_input_chunks_init()
-    encoded = ffi.new("char[]", prompt.encode())  # kept alive: the struct below only points at it
-    text = ffi.new("mtmd_input_text *", {"text": encoded, "text_len": len(prompt.encode()),
-                                         "add_special": True, "parse_special": True})
+    encoded = prompt.encode()  # kept alive: the struct below only points at it
+    text = M.mtmd_input_text(text=encoded, text_len=len(encoded), add_special=True, parse_special=True)
     try:
-        assert M.mtmd_tokenize(pair.mctx, chunks, text, ffi.new("mtmd_bitmap *[]", bitmaps), len(bitmaps)) == 0
+        handles = (ctypes.c_void_p * len(bitmaps))(*bitmaps)
+        assert M.mtmd_tokenize(pair.mctx, chunks, ctypes.byref(text), handles, len(bitmaps)) == 0
         yield chunks
     finally:
         M.mtmd_input_chunks_free(chunks)
@@ -94,9 +95,9 @@ def layout(pair: Pair, chunks: Any) -> list[Any]:
         chunk = M.mtmd_input_chunks_get(chunks, i)
         kind = M.mtmd_input_chunk_get_type(chunk)
         if kind == M.MTMD_INPUT_CHUNK_TYPE_TEXT:
-            n = ffi.new("size_t *")
-            tokens = M.mtmd_input_chunk_get_tokens_text(chunk, n)
-            out.append(b"".join(pair.piece(t) for t in tokens[0:n[0]]))
+            n = ctypes.c_size_t()
+            tokens = M.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+            out.append(b"".join(pair.piece(t) for t in tokens[0:n.value]))
         else:
             out.append((kinds[kind], M.mtmd_input_chunk_get_n_tokens(chunk), M.mtmd_input_chunk_get_n_pos(chunk)))
     return out
@@ -107,24 +108,24 @@ def greedy_replay(pair: Pair, chunks: Any, n_predict: int) -> list[int]:
     for the last one only), then greedy decoding that never picks an end-of-generation token (its
     ``--temp 0 --ignore-eos``), one token per ``llama_decode`` at explicit positions."""
     n_chunks = M.mtmd_input_chunks_size(chunks)
-    n_past = ffi.new("llama_pos *", 0)
+    n_past = C.llama_pos(0)
     for i in range(n_chunks):
         chunk = M.mtmd_input_chunks_get(chunks, i)
-        assert M.mtmd_helper_eval_chunk_single(pair.mctx, pair.lctx, chunk, n_past[0], 0, N_BATCH,
-                                               i == n_chunks - 1, n_past) == 0
+        assert M.mtmd_helper_eval_chunk_single(pair.mctx, pair.lctx, chunk, n_past.value, 0, N_BATCH,
+                                               i == n_chunks - 1, ctypes.byref(n_past)) == 0
     n_vocab = C.llama_vocab_n_tokens(pair.vocab)
     eog = np.array([C.llama_vocab_is_eog(pair.vocab, t) for t in range(n_vocab)])
     batch = C.llama_batch_init(1, 0, 1)
     tokens: list[int] = []
     try:
         for _ in range(n_predict):
-            logits = np.frombuffer(ffi.buffer(C.llama_get_logits_ith(pair.lctx, -1), 4 * n_vocab), dtype=np.float32)
+            logits = np.ctypeslib.as_array(C.llama_get_logits_ith(pair.lctx, -1), shape=(n_vocab,))
             token = int(np.argmax(np.where(eog, -np.inf, logits)))
             tokens.append(token)
             batch.n_tokens = 1
             batch.token[0], batch.pos[0], batch.n_seq_id[0], batch.seq_id[0][0], batch.logits[0] = \
-                token, n_past[0], 1, 0, 1
-            n_past[0] += 1
+                token, n_past.value, 1, 0, 1
+            n_past.value += 1
             assert C.llama_decode(pair.lctx, batch) == 0
     finally:
         C.llama_batch_free(batch)
@@ -176,7 +177,7 @@ def test_pair_loads_with_its_capabilities(tiny_mtmd_model: Callable[[str], tuple
         assert M.mtmd_decode_use_mrope(pair.mctx) == (name == "qwen2vl_merger")
         # Gemma 3 attends over an image's tokens both ways (mtmd_helper_decode_image_chunk switches the
         # llama context to non-causal attention for that chunk)
-        assert M.mtmd_decode_use_non_causal(pair.mctx, ffi.NULL) == (name == "gemma3")
+        assert M.mtmd_decode_use_non_causal(pair.mctx, None) == (name == "gemma3")
         assert M.mtmd_get_audio_sample_rate(pair.mctx) == (16000 if audio else -1)
 
 

@@ -30,6 +30,18 @@ def ensure_backend() -> None:
             _backend_ready = True
 
 
+def as_pointer(handle: Any, ctype: str) -> Any:
+    """``handle`` as a cffi pointer of C type ``ctype`` (``"struct llama_context *"``), from either form of
+    the low-level API: cffi cdata, or the int (or ``c_void_p``) that ``llama_cpp.llama_cpp`` and
+    ``Llama.ctx``/``Llama.model`` hand out."""
+    if isinstance(handle, ffi.CData):
+        return handle
+    address = getattr(handle, "value", handle)  # ctypes.c_void_p
+    if not isinstance(address, int) or address == 0:
+        raise TypeError(f"expected a {ctype} (an int, a ctypes c_void_p or cffi cdata), got {handle!r}")
+    return ffi.cast(ctype, address)
+
+
 class Closing:
     """``with`` support and a last-resort ``close()`` at garbage collection (subclasses define close)."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from llama_cpp_native import ffi, lib
 
+from .. import _foreign_writes
 from .._handles import Batch, NativeHandle
 from .origin import StateOrigin
 
@@ -91,7 +92,7 @@ class Context:
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
                  "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible",
-                 "_row_ptr", "_row_view", "origin")
+                 "_row_ptr", "_row_view", "origin", "addresses", "_foreign_seen", "_foreign_stamps")
 
     def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True,
                  max_positions: int | None = None) -> None:
@@ -127,6 +128,11 @@ class Context:
         self._interruptible = False
         self._row_ptr: Any = None  # the last row handed out, and its view (one sequence reads the same row)
         self._row_view: np.ndarray | None = None
+        # the context and memory as the low-level API's callers hold them (Llama.ctx is an int), and the
+        # last writes through that API this context has taken into account
+        self.addresses = (int(ffi.cast("uintptr_t", self.ptr)), int(ffi.cast("uintptr_t", self.mem)))
+        self._foreign_seen = _foreign_writes.latest
+        self._foreign_stamps = self._stamps()
 
     # -- decoding ---------------------------------------------------------------
     def decode(self) -> int:
@@ -143,6 +149,22 @@ class Context:
                 lib.llama_set_abort_callback(self.ptr, ffi.NULL, ffi.NULL)
             self._interruptible = interruptible
         return lib.llama_decode(self.ptr, self.batch.native())
+
+    def written_outside(self) -> bool:
+        """Whether the low-level API decoded on this context or changed its memory since the last call
+        (llama_cpp._foreign_writes); then no ledger of it can be trusted, and no logits row handed out."""
+        if _foreign_writes.latest == self._foreign_seen:  # nothing was written anywhere: one comparison
+            return False
+        self._foreign_seen = _foreign_writes.latest
+        stamps = self._stamps()
+        if stamps == self._foreign_stamps:
+            return False
+        self._foreign_stamps = stamps
+        self._row_ptr = self._row_view = None
+        return True
+
+    def _stamps(self) -> tuple[int, int]:
+        return _foreign_writes.last_write(self.addresses[0]), _foreign_writes.last_write(self.addresses[1])
 
     def request_abort(self) -> None:
         """Make a running decode return ``DECODE_ABORTED`` (any thread)."""
@@ -204,6 +226,12 @@ class Context:
 
     def set_state(self, data: bytes) -> int:
         return lib.llama_state_set_data(self.ptr, data, len(data))
+
+    @property
+    def ctx(self) -> int:
+        """The ``llama_context *`` as the low-level API takes it (the value of ``Llama.ctx``): code written
+        for llama-cpp-python reaches the context as ``llm._ctx.ctx``."""
+        return int(ffi.cast("uintptr_t", self.ptr))
 
     def close(self) -> None:
         self.batch.close()

@@ -309,9 +309,12 @@ class Scheduler:
             if self._abort_pending:
                 self._abort_pending = False
                 ctx.clear_abort()
-            if self._dirty:
+            written_outside = ctx.written_outside()
+            if self._dirty or written_outside:
                 self._dirty = False
                 self._retire()
+                if written_outside:  # after _retire: an abandoned generator's sequence is idle now
+                    self._forget_idle_memory()
                 self._admit()
             plan = self._plan()
         if not plan:
@@ -639,6 +642,16 @@ class Scheduler:
             self._bump()
 
     # -- slots ------------------------------------------------------------------------------
+    def _forget_idle_memory(self) -> None:
+        """Someone decoded on the context or edited its memory through the low-level API (guidance does,
+        on ``Llama.ctx``): what the idle sequences' ledgers say their memory holds is no longer known, so
+        they start empty and the next request evaluates its prompt (mutex held).  A sequence whose
+        request is running keeps going: decoding on the context while a call runs on it is the caller's
+        race, as with llama-cpp-python."""
+        for slot in self.slots:
+            if slot.request is None:
+                slot.ledger.clear(self.ctx)
+
     def _retire(self) -> None:
         """Free the slots of cancelled and aborted requests (mutex held)."""
         for slot in self.slots:

@@ -28,7 +28,7 @@ def smol(smollm2_model_path: Path):
 
 def llama_cpp_apply_template(llm: Llama, messages: list[dict], add_ass: bool = True) -> str:
     """llama.cpp's own rendering with the model's template (llama_chat_apply_template)."""
-    template = lib.llama_model_chat_template(llm.model, ffi.NULL)
+    template = lib.llama_model_chat_template(ffi.cast("struct llama_model *", llm.model), ffi.NULL)
     keep = [(ffi.new("char[]", m["role"].encode()), ffi.new("char[]", m["content"].encode())) for m in messages]
     chat = ffi.new("struct llama_chat_message[]", len(keep))
     for item, (role, content) in zip(chat, keep):
