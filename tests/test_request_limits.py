@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from llama_cpp import Llama
-from llama_cpp.engine.normalize import MAX_STOPS, MAX_TOOLS, check_messages, check_tools, stop_list
+from llama_cpp.chat_messages import normalize_messages
+from llama_cpp.engine.normalize import MAX_STOPS, MAX_TOOLS, check_tools, stop_list
 from llama_cpp.sampling import LLAMA_DEFAULT_SEED, MAX_LIST_ENTRIES, SamplingParams, normalize_seed
 
 
@@ -98,7 +99,7 @@ def test_stop_lists_are_bounded(llm: Llama) -> None:
 ])
 def test_malformed_messages_are_named(llm: Llama, messages, says) -> None:
     with pytest.raises(ValueError) as caught:
-        check_messages(messages)
+        normalize_messages(messages)
     assert says in str(caught.value)
     with pytest.raises(ValueError) as through_llama:
         llm.create_chat_completion(messages=messages, max_tokens=2)

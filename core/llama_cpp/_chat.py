@@ -15,8 +15,9 @@ import attrs
 
 from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, chat_template_names,
                                 get_chat_completion_handler)
+from .chat_messages import normalize_messages
 from .plugins import MultimodalHandler, get_host
-from .engine.normalize import check_messages, check_tools
+from .engine.normalize import check_tools
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -151,9 +152,11 @@ class ChatAPI:
         template variables such as ``enable_thinking``, merged over the ones
         given to the constructor).  Sampling keywords at their defaults are
         left out, except the few every handler of the seed takes, so that a
-        custom handler with a narrow signature keeps working.
+        custom handler with a narrow signature keeps working.  ``messages`` may come in any shape OpenAI's
+        clients send (content null with tool_calls, lists of text parts, ``developer``...); the handler gets
+        them in one (:func:`llama_cpp.chat_messages.normalize_messages`).
         """
-        check_messages(messages)
+        messages = normalize_messages(messages)
         check_tools(tools, functions)
         sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
         handler, extra_request = self._resolve_chat_handler()

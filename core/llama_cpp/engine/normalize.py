@@ -38,36 +38,6 @@ def stop_list(stop: str | Sequence[str] | None) -> list[str]:
     return [s for s in stops if s]
 
 
-def check_messages(messages: Any) -> None:
-    """ValueError naming the message, unless ``messages`` is a list of chat messages: dicts with a string
-    ``role`` and a ``content`` that is a string, a list of parts (dicts with a string ``type``) or None
-    (an assistant turn that only calls tools).  What a chat template reads is checked here, so that a
-    malformed message is a clear error instead of the template's own failure."""
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(message).__name__}")
-        role = message.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"messages[{i}].role must be a non-empty string ('system', 'user', 'assistant', "
-                             f"'tool', ...), got {role!r:.60}")
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                    raise ValueError(f"messages[{i}].content[{j}] must be a dict with a string 'type' ('text', "
-                                     f"'image_url', 'input_audio', ...), got {part!r:.60}")
-                if part["type"] == "text" and not isinstance(part.get("text"), str):
-                    raise ValueError(f"messages[{i}].content[{j}].text must be a string")
-        elif content is not None and not isinstance(content, str):
-            raise ValueError(f"messages[{i}].content must be a string, a list of content parts or null, got "
-                             f"{type(content).__name__}")
-        calls = message.get("tool_calls")
-        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
-            raise ValueError(f"messages[{i}].tool_calls must be a list of tool call dicts")
-
-
 def check_tools(tools: Any, functions: Any) -> None:
     """ValueError naming the entry, unless ``tools`` (OpenAI's ``[{"type": "function", "function": {...}}]``)
     and the legacy ``functions`` (``[{...}]``) each hold at most ``MAX_TOOLS`` functions, every one with a

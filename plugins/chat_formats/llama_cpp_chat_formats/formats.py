@@ -13,11 +13,13 @@ Shared rules, so that every format treats a conversation alike:
   conversation, as in llama.cpp.
 - ``content`` may be a string, ``None`` (an assistant turn that only called
   tools) or a list of parts; text parts are joined by newlines, as llama.cpp's
-  server joins them, and other parts (images...) have no text form here.
+  server joins them, and other parts (images...) have no text form here
+  (:func:`llama_cpp.chat_messages.content_text`; ``create_chat_completion``
+  refuses them before a format sees them).
 - ``tool`` (and the legacy ``function``) results use the format's own tool
   role where it has one, otherwise they are rendered as a user turn, since
   the tool's answer is input to the model.  ``developer`` is OpenAI's newer
-  name for ``system``.
+  name for ``system`` (:data:`llama_cpp.chat_messages.ROLE_ALIASES`).
 - The stop strings are what ends an assistant turn in the format: its
   end-of-turn marker, or, where it has none, the header of the next user turn.
 - ``added_special`` is true only when the prompt starts with the BOS text, so
@@ -30,25 +32,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llama_cpp.chat_messages import ROLE_ALIASES, content_text
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
 Message = Mapping[str, Any]
 Turn = tuple[str, str]  # the text before and after a message's content
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
-_ROLE_ALIASES = {"function": "tool", "developer": "system"}
+_ROLE_ALIASES = {"function": "tool", **ROLE_ALIASES}
 # llama.cpp trims with C's isspace(); Python's str.strip() would also remove Unicode spaces.
 _C_WHITESPACE = " \t\n\v\f\r"
 
 
 def message_text(message: Message) -> str:
     """The text of a message, whatever form its ``content`` takes."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return content_text(message.get("content"))
 
 
 def message_role(message: Message) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
-from .formats import NAMED_FORMATS
+from .formats import NAMED_FORMATS, message_text
 
 
 def describe_tools(tools: list[dict[str, Any]]) -> str:
@@ -41,7 +41,7 @@ def format_chatml_function_calling(*, messages: list[dict[str, Any]], tools: lis
     if tools:
         description = describe_tools(tools)
         if rendered and rendered[0].get("role") == "system":
-            rendered[0] = {"role": "system", "content": f"{rendered[0].get('content') or ''}\n\n{description}"}
+            rendered[0] = {"role": "system", "content": f"{message_text(rendered[0])}\n\n{description}"}
         else:
             rendered.insert(0, {"role": "system", "content": description})
     return NAMED_FORMATS["chatml"](messages=rendered, **kwargs)

@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from llama_cpp.chat_messages import require_text
 from llama_cpp.llama_chat_format import chunks_to_chat_chunks, completion_to_chat_completion
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 
@@ -240,6 +241,7 @@ def _name_grammar(names: list[str]) -> LlamaGrammar:
 
 def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, Any]],
                          request: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    require_text(messages)
     tools, tool_choice = tools_of(request)
     functions = _functions(tools) if tool_choice != "none" else []
     names = tool_names(tools) if tool_choice != "none" else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterator
 
+from llama_cpp.chat_messages import content_text, require_text
 from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_chunks,
                                          completion_to_chat_completion)
 from llama_cpp import llama_grammar
@@ -28,18 +29,10 @@ _COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_
                         "presence_penalty", "frequency_penalty", "repeat_penalty", "active_loras", "control_vector"}
 
 
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text")
-
-
 def split_prefill(messages: list[dict[str, Any]], assistant_prefill: bool) -> tuple[list[dict[str, Any]], str]:
     """With ``assistant_prefill``, a trailing assistant message is continued rather than answered."""
     if assistant_prefill and messages and messages[-1].get("role") == "assistant":
-        return messages[:-1], _text_of(messages[-1].get("content"))
+        return messages[:-1], content_text(messages[-1].get("content"))
     return messages, ""
 
 
@@ -118,8 +111,10 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     """Render ``messages`` with ``formatter`` and complete: structured output, tools, streaming.
 
     ``to_prompt(text, added_special)`` makes the prompt of the rendered text (default: its tokens); a
-    multimodal handler turns its media markers into media chunks there.
+    multimodal handler turns its media markers into media chunks there, after it has put them in the text
+    (so a media part that reaches a formatter is refused rather than dropped).
     """
+    require_text(messages)
     tools, tool_choice = tools_of(request)
     forced = forced_call_schema(tools, tool_choice) if tools else None
     if forced is not None:

@@ -20,6 +20,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from llama_cpp.chat_messages import content_text
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
 
@@ -115,6 +116,25 @@ def make_environment() -> ImmutableSandboxedEnvironment:
 
 _ENV = make_environment()
 
+# the text that shows, in a probe's rendering, whether a template rendered a value in the form it was given
+_PROBE = "template-probe-5f0c"
+
+
+def _with_object_arguments(call: dict[str, Any], where: str) -> dict[str, Any]:
+    """``call`` with its JSON-string arguments parsed, for a template that renders them as an object."""
+    fn = call.get("function")
+    arguments = fn.get("arguments") if isinstance(fn, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise TemplateError(f"{where}.function.arguments must be a JSON object for this chat template, which "
+                            f"renders the arguments as an object; got {arguments!r:.80}")
+    return {**call, "function": {**fn, "arguments": parsed}}
+
 
 class Jinja2ChatFormatter:
     """Renders messages with a Jinja chat template (llama-cpp-python's ``Jinja2ChatFormatter``)."""
@@ -128,6 +148,8 @@ class Jinja2ChatFormatter:
         self.stop_token_ids = list(stop_token_ids or [])
         self.special_tokens_map = dict(special_tokens_map or {})
         self._compiled: jinja2.Template | None = None
+        self._takes_parts: bool | None = None
+        self._takes_objects: bool | None = None
 
     def _template(self) -> jinja2.Template:
         if self._compiled is None:
@@ -152,14 +174,74 @@ class Jinja2ChatFormatter:
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
 
+    def _probe(self, messages: list[dict[str, Any]], **variables: Any) -> str:
+        """The template's rendering of a probe conversation, or "" where it refuses or fails on it."""
+        try:
+            return self.render(messages, add_generation_prompt=True, **variables)
+        except TemplateError:
+            return ""
+
+    def takes_content_parts(self) -> bool:
+        """Whether the template renders a list of text parts itself (Gemma 4's and Granite 4's iterate them);
+        one that does not (SmolLM2's adds the content to a string) gets the parts' text as one string.
+        llama.cpp asks each template the same (``supports_typed_content``, common/jinja/caps.cpp).  Asked
+        once, when a list first comes."""
+        if self._takes_parts is None:
+            out = self._probe([{"role": "user", "content": [{"type": "text", "text": _PROBE}]}])
+            # a template that prints the list itself (``{{ message.content }}``) shows the part's keys
+            self._takes_parts = _PROBE in out and "'type'" not in out and '"type"' not in out
+        return self._takes_parts
+
+    def takes_object_arguments(self) -> bool:
+        """Whether the template renders a tool call's arguments as an object (Qwen3-Coder's iterates their
+        items, Llama 3.1's writes them with ``tojson``); one that does gets OpenAI's JSON string parsed, as
+        llama.cpp does for such templates (``supports_object_arguments``, ``func_args_not_string``).
+        Asked once, when a tool call first comes."""
+        if self._takes_objects is None:
+            call = {"id": "call00001", "type": "function",
+                    "function": {"name": "tool1", "arguments": {"arg": _PROBE}}}
+            tool = {"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {
+                "type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}
+            out = self._probe([
+                {"role": "user", "content": "User message"},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+                {"role": "assistant", "content": "The tool response was 'tool response'"},
+                {"role": "user", "content": "User message"},
+            ], tools=[tool])
+            # printed as Python's repr ({'arg': ...}), the object was not what the template wanted
+            self._takes_objects = _PROBE in out and "{'arg'" not in out
+        return self._takes_objects
+
+    def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` in the forms this template renders: lists of text parts as their text where it takes
+        strings (:meth:`takes_content_parts`), tool-call arguments as objects where it takes objects
+        (:meth:`takes_object_arguments`; arguments that are not a JSON object are a ValueError naming the
+        call).  Unchanged where neither applies."""
+        flatten = any(isinstance(m.get("content"), list) for m in messages) and not self.takes_content_parts()
+        objects = any(m.get("tool_calls") for m in messages) and self.takes_object_arguments()
+        if not (flatten or objects):
+            return messages
+        out = []
+        for i, message in enumerate(messages):
+            if flatten and isinstance(message.get("content"), list):
+                message = {**message, "content": content_text(message["content"])}
+            if objects and message.get("tool_calls"):
+                message = {**message, "tool_calls": [_with_object_arguments(call, f"messages[{i}].tool_calls[{k}]")
+                                                     for k, call in enumerate(message["tool_calls"])]}
+            out.append(message)
+        return out
+
     def __call__(self, *, messages: list[dict[str, Any]], functions: Any = None, function_call: Any = None,
                  tools: Any = None, tool_choice: Any = None, add_generation_prompt: bool | None = None,
                  **kwargs: Any) -> ChatFormatterResponse:
         """Render; extra keywords become template variables (``enable_thinking``, ``documents``...).
 
         Variables that are None are left undefined, as transformers does:
-        templates test ``tools is defined`` and then iterate.
+        templates test ``tools is defined`` and then iterate.  Content parts and tool-call arguments reach
+        the template in the form it renders (:meth:`template_messages`).
         """
+        messages = self.template_messages(messages)
         variables = {"functions": functions, "function_call": function_call, "tools": tools,
                      "tool_choice": tool_choice, **kwargs}
         prompt = self.render(
