@@ -283,7 +283,10 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self._adapters = Adapters(self._model.handle, lib.llama_model_n_embd(self._model.ptr),
                                   lib.llama_model_n_layer(self._model.ptr), quiet=not verbose)
         model_ptr = self._model.ptr
-        recurrent = bool(lib.llama_model_is_recurrent(model_ptr) or lib.llama_model_is_hybrid(model_ptr))
+        # llama-cpp-python's names for what the architecture is (code written for it reads them)
+        self._is_recurrent = bool(lib.llama_model_is_recurrent(model_ptr))
+        self._is_hybrid = bool(lib.llama_model_is_hybrid(model_ptr))
+        recurrent = self._is_recurrent or self._is_hybrid
         windowed = lib.llama_model_n_swa(model_ptr) > 0
         if not windowed:
             cparams.swa_full = False  # no window: nothing to keep full size (the seed does the same)
@@ -419,7 +422,8 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         if self._closed:
             raise RuntimeError("this Llama instance is closed")
         if self._scheduler is None:
-            raise RuntimeError("this Llama instance was loaded with vocab_only=True and has no context")
+            raise RuntimeError("this Llama instance was loaded with vocab_only=True: it tokenizes and reads the "
+                               "model's metadata, but has no context to evaluate, generate or embed with")
         return self._scheduler
 
     def _live_model(self) -> Any:
@@ -434,6 +438,11 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
     @property
     def _n_vocab(self) -> int:
         return self._model.n_vocab  # type: ignore[union-attr]
+
+    @property
+    def _n_ctx(self) -> int:
+        """llama-cpp-python's attribute for ``n_ctx()``, which code written for it reads."""
+        return self.n_ctx()
 
     # -- LoRA adapters and control vectors ------------------------------------
     def load_lora(self, name: str, path: str | Path) -> None:
@@ -642,11 +651,17 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
 
     def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int] | None = None,
                    special: bool = False) -> bytes:
-        """The bytes of ``tokens``; with ``prev_tokens``, as they continue that text."""
+        """The bytes of ``tokens``; with ``prev_tokens``, as they continue that text.
+
+        As in llama-cpp-python, the space a SentencePiece tokenizer puts in front of the text after BOS
+        comes off again (``[1, 15043, 2787]`` is ``b"Hello World"``); elsewhere spaces stay, so tokens
+        detokenized one at a time add up to the text (``[15043]`` is ``b" Hello"``).
+        """
         self._live_model()
         if self.tokenizer_ is not None:
             return bytes(self.tokenizer_.detokenize(list(tokens), prev_tokens=prev_tokens, special=special))
-        return b"".join(self._piece(t, special) for t in self._token_list(tokens))
+        return self._model.detokenize(self._token_list(tokens), special,  # type: ignore[union-attr]
+                                      text_start=not prev_tokens)
 
     # -- evaluation -----------------------------------------------------------
     def reset(self) -> None:

@@ -28,6 +28,12 @@ class Model:
         self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
         self._eog: list[int] | None = None
 
+    @property
+    def model(self) -> int:
+        """The ``llama_model *`` as the low-level API takes it (the value of ``Llama.model``): code written
+        for llama-cpp-python reaches the model as ``llm._model.model``."""
+        return int(ffi.cast("uintptr_t", self.ptr))
+
     def close(self) -> None:
         """Free the model (idempotent); what was made from it must be freed first or be told."""
         self.handle.close()
@@ -69,6 +75,30 @@ class Model:
             buf = ffi.new("char[]", -n)
             n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         return ffi.buffer(buf, n)[:]
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False, text_start: bool = True) -> bytes:
+        """The text of ``tokens`` (valid ids): their pieces, one after the other.
+
+        A SentencePiece tokenizer puts a space in front of the text after BOS (``b"Hello World"`` is
+        ``[1, 15043, 2787]``: BOS, "▁Hello", "▁World"); at the start of a text (``text_start``) that
+        space comes off again, as llama-cpp-python does, so the text round-trips.  Without a leading
+        BOS nothing shows where the text starts, and the space stays: ``[15043]`` is ``b" Hello"``,
+        so that tokens detokenized one at a time add up to the text.
+        """
+        if not (text_start and tokens and tokens[0] == self.bos >= 0):
+            return b"".join(self.piece(t, special) for t in tokens)
+        # llama.cpp's llama_detokenize takes the space prefix off the first token it is given, when the
+        # vocabulary adds one (its add_space_prefix, which no other call reports): given the tokens after BOS
+        rest = list(tokens[1:])
+        ids = ffi.new("llama_token[]", rest)
+        capacity = 8 * len(rest) + 16
+        buf = ffi.new("char[]", capacity)
+        n = lib.llama_detokenize(self.vocab, ids, len(rest), buf, capacity, False, special)
+        if n < 0:
+            capacity = -n
+            buf = ffi.new("char[]", capacity)
+            n = lib.llama_detokenize(self.vocab, ids, len(rest), buf, capacity, False, special)
+        return self.piece(tokens[0], special) + ffi.buffer(buf, n)[:]
 
     def token_ids(self, tokens: Sequence[Any]) -> list[int]:
         """Token ids as Python ints (numpy integers welcome), each checked against the vocabulary."""
