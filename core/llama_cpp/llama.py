@@ -317,7 +317,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("tokenize", "detokenize")):
             raise TypeError(f"tokenizer must be a llama_cpp.llama_tokenizer.BaseLlamaTokenizer (tokenize and "
                             f"detokenize methods), got {type(tokenizer).__name__}")
-        self.tokenizer_ = tokenizer
+        self._tokenizer = tokenizer  # the caller's (Llama(tokenizer=...)), which tokenize/detokenize use
         self.chat_template_name = chat_template_name
         self.chat_handler_kwargs = dict(chat_handler_kwargs or {})
         if mmproj_path is not None:
@@ -584,14 +584,32 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         return int(lib.llama_pooling_type(self._live_ctx()))
 
     @property
-    def model(self) -> Any:
-        """The raw ``llama_model *`` (for the low-level API)."""
-        return self._live_model()
+    def model(self) -> int:
+        """The ``llama_model *`` as the low-level API (``llama_cpp.llama_cpp``, ctypes) takes it: an int.
+        For the cffi functions: ``ffi.cast("struct llama_model *", llm.model)``."""
+        self._live_model()
+        return self._model.model  # type: ignore[union-attr]
 
     @property
-    def ctx(self) -> Any:
-        """The raw ``llama_context *`` (for the low-level API)."""
-        return self._live_ctx()
+    def ctx(self) -> int:
+        """The ``llama_context *`` as the low-level API takes it: an int.  Decoding on it, or editing its
+        memory, through ``llama_cpp.llama_cpp`` is allowed between calls: the engine then re-evaluates
+        the next prompt instead of trusting what it remembered (docs/low-level.md)."""
+        return self._live_scheduler().ctx.ctx
+
+    @property
+    def n_batch(self) -> int:
+        """The logical batch size: llama.cpp's (which caps it at ``n_ctx``), or the one asked for
+        without a context (``vocab_only``)."""
+        return self._ctx.n_batch if self._ctx is not None else int(self.context_params.n_batch)
+
+    @property
+    def n_threads(self) -> int:
+        return int(self.context_params.n_threads)
+
+    @property
+    def n_threads_batch(self) -> int:
+        return int(self.context_params.n_threads_batch)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -606,6 +624,17 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
     @property
     def loaded_lora_count(self) -> int:
         return len(self.list_loras())
+
+    @property
+    def tokenizer_(self) -> BaseLlamaTokenizer:
+        """The tokenizer this Llama tokenizes with: the one given to the constructor, else a
+        ``LlamaTokenizer`` over the model's own vocabulary (made on each access, so that it holds no
+        reference cycle that would keep the model loaded after the last reference to the Llama goes)."""
+        return self._tokenizer if self._tokenizer is not None else LlamaTokenizer(self)
+
+    @tokenizer_.setter
+    def tokenizer_(self, tokenizer: BaseLlamaTokenizer | None) -> None:
+        self._tokenizer = tokenizer
 
     def tokenizer(self) -> "LlamaTokenizer":
         """A tokenizer object over this model (llama-cpp-python's ``LlamaTokenizer``)."""
@@ -642,8 +671,8 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         if isinstance(text, str):
             raise TypeError("tokenize() takes bytes; encode the text first (text.encode('utf-8'))")
         self._live_model()
-        if self.tokenizer_ is not None:
-            return list(self.tokenizer_.tokenize(text, add_bos=add_bos, special=special))
+        if self._tokenizer is not None:
+            return list(self._tokenizer.tokenize(text, add_bos=add_bos, special=special))
         return self._model.tokenize(text, add_bos, special)  # type: ignore[union-attr]
 
     def _piece(self, token: int, special: bool = False) -> bytes:
@@ -658,8 +687,8 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         detokenized one at a time add up to the text (``[15043]`` is ``b" Hello"``).
         """
         self._live_model()
-        if self.tokenizer_ is not None:
-            return bytes(self.tokenizer_.detokenize(list(tokens), prev_tokens=prev_tokens, special=special))
+        if self._tokenizer is not None:
+            return bytes(self._tokenizer.detokenize(list(tokens), prev_tokens=prev_tokens, special=special))
         return self._model.detokenize(self._token_list(tokens), special,  # type: ignore[union-attr]
                                       text_start=not prev_tokens)
 
@@ -789,11 +818,15 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
 
     @property
     def scores(self) -> np.ndarray:
-        """With ``logits_all=True``: the logits of every evaluated token of the current sequence (row i for token i)."""
-        if not self.logits_all:
-            raise RuntimeError("scores are kept only with Llama(logits_all=True)")
+        """The logits of the current sequence's evaluated tokens (row i for token i) with ``logits_all=True``;
+        without it only the last decode's last row is kept, as with llama-cpp-python: a (1, n_vocab) copy
+        (none before anything was evaluated)."""
         scheduler = self._live_scheduler()
         ledger = scheduler.current.ledger
+        if not self.logits_all:
+            if not len(ledger):
+                return np.zeros((0, self._n_vocab), dtype=np.float32)
+            return scheduler.ctx.logits_row(-1)[None, :].copy()
         if ledger.scores is None:
             return np.zeros((0, self._n_vocab), dtype=np.float32)
         return ledger.scores[: len(ledger)]

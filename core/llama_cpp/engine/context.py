@@ -231,7 +231,7 @@ class Context:
     def ctx(self) -> int:
         """The ``llama_context *`` as the low-level API takes it (the value of ``Llama.ctx``): code written
         for llama-cpp-python reaches the context as ``llm._ctx.ctx``."""
-        return int(ffi.cast("uintptr_t", self.ptr))
+        return self.addresses[0]
 
     def close(self) -> None:
         self.batch.close()
