@@ -1,0 +1,84 @@
+"""llama_cpp._internals: llama-cpp-python's wrappers over the low-level API, as the reference's own
+tests use them (load, decode batch by batch, sample with a chain, free exactly once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import llama_cpp
+import llama_cpp._internals as internals
+from llama_cpp import Llama
+
+
+def _pair(path: Path) -> tuple[internals.LlamaModel, internals.LlamaContext]:
+    params = llama_cpp.llama_model_default_params()
+    params.check_tensors = False
+    model = internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = 64
+    cparams.n_threads = cparams.n_threads_batch = 1
+    return model, internals.LlamaContext(model=model, params=cparams, verbose=False)
+
+
+def test_the_reference_decode_loop_gives_llama_s_greedy_tokens(tiny_model_path: Path) -> None:
+    model, context = _pair(tiny_model_path)
+    tokens = model.tokenize(b"Hello, world! The quick brown fox", add_bos=True, special=True)
+    with Llama(str(tiny_model_path), n_ctx=64, verbose=False) as llm:
+        assert tokens == llm.tokenize(b"Hello, world! The quick brown fox", special=True)
+        expected = [t for _, t in zip(range(4), llm.generate(tokens, temp=0))]
+    batch = internals.LlamaBatch(n_tokens=len(tokens), embd=0, n_seq_max=1)
+    sampler = internals.LlamaSampler()
+    sampler.add_greedy()
+    feed, n_eval, out = tokens, 0, []
+    for _ in range(4):
+        batch.set_batch(feed, n_past=n_eval, logits_all=False)
+        context.decode(batch)
+        n_eval += len(feed)
+        token = sampler.sample(context, -1)
+        sampler.accept(token)
+        feed = [token]
+        out.append(token)
+    assert out == expected
+    logits = np.ctypeslib.as_array(context.get_logits_ith(-1), shape=(model.n_vocab(),))
+    assert np.isfinite(logits).all()
+    assert model.detokenize(out) == b"".join(model.token_to_piece(t) for t in out)  # no BOS: spaces stay
+    for owner in (batch, sampler):
+        owner.close()
+        owner.close()  # exactly once
+    model.close()
+    assert context.ctx is None and model.model is None  # the model closed its context first
+    model.close()
+
+
+def test_model_facts_and_metadata(tiny_model_path: Path) -> None:
+    model, context = _pair(tiny_model_path)
+    with Llama(str(tiny_model_path), n_ctx=64, verbose=False) as llm:
+        assert model.metadata() == llm.metadata
+        assert (model.n_vocab(), model.n_embd(), model.n_ctx_train(), model.token_bos(), model.token_eos()) == \
+            (llm.n_vocab(), llm.n_embd(), llm.n_ctx_train(), llm.token_bos(), llm.token_eos())
+        bos_hello = llm.tokenize(b"Hello World")
+        assert model.detokenize(bos_hello) == llm.detokenize(bos_hello) == b"Hello World"
+    assert "llama" in model.desc() and model.size() > 0 and model.n_params() > 0
+    assert context.n_ctx() >= 64 and context.get_state_size() > 0  # llama.cpp pads n_ctx
+    context.kv_cache_clear()
+    model.close()
+
+
+def test_errors_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        internals.LlamaModel(path_model=str(tmp_path / "missing.gguf"), params=llama_cpp.llama_model_default_params())
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ValueError, match="Failed to load model from file"):
+        internals.LlamaModel(path_model=str(broken), params=llama_cpp.llama_model_default_params(), verbose=False)
+
+
+def test_a_batch_refuses_rows_past_its_size(tiny_model_path: Path) -> None:
+    batch = internals.LlamaBatch(n_tokens=2, embd=0, n_seq_max=1)
+    with pytest.raises(ValueError, match="do not fit a batch of 2"):
+        batch.set_batch([1, 2, 3], n_past=0, logits_all=False)
+    batch.add_sequence([1], seq_id=0, logits_all=True)
+    assert batch.n_tokens() == 1
