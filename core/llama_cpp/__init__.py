@@ -16,7 +16,7 @@ from .processors import AbortCriteria, LogitsProcessorList, MinTokensLogitsProce
 from .sampling import SamplingParams  # noqa: F401
 from .llama_types import *  # noqa: F401,F403  (the seed re-exports its TypedDicts)
 
-__version__ = "0.4.0.dev0"
+__version__ = "0.3.48"
 
 # seed names the reference re-exported from its llama.py, resolved when first used: the cache
 # strategies live in plugins, found through the plugin host, which ``import llama_cpp`` does not start
