@@ -34,7 +34,7 @@ OBJECT_KEYWORDS = {"model_path": "model", "tokenizer": "hf_pretrained_model_name
 
 # The reference server's settings (llama_cpp/server/settings.py of the seed, and of the upstream project
 # it forked: use_mmap, use_mlock, embedding, flash_attn, lora_base, lora_path), each with a value a user
-# could write on its command line.
+# could write on its command line (None: checked by its own test below, it changes what the others mean).
 REFERENCE_MODEL_SETTINGS = {
     "model": "m.gguf", "model_alias": "m", "n_gpu_layers": "0", "split_mode": "1", "load_mode": "1",
     "main_gpu": "0", "tensor_split": ["0.5", "0.5"], "vocab_only": "false", "check_tensors": "false",
