@@ -47,6 +47,11 @@ def _ensure_chromium(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Install everything (and the example third-party plugins), build llama.cpp's oracle tools, run pytest."""
     _install(session, "[test]")
+    # As its users install it, next to an installed llama-cpp-python and without --no-deps: its pin
+    # llama-cpp-python>=0.3,<0.4 must be met by this project (tests/test_client_llama_index.py checks that
+    # pip did not fetch the reference instead). pip rebuilds the umbrella's path dependencies on the way,
+    # so the same rule as for the project's own install applies: no wheel cache.
+    session.install(_FRESH, "llama-index-llms-llama-cpp")
     session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative")
     _ensure_chromium(session)
     session.run("python", "-m", "llama_cpp_native", "build-tools")
