@@ -94,7 +94,7 @@ def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_
     generate exactly ``n_predict`` tokens (without it, a generation that meets end-of-generation ends
     with an extra ``"\\n"``, which this returns as is).  Its output begins after the response marker
     line (``MTMD_TEST_RESPONSE_MARKER``) and the newline printed once the prompt is decoded, and ends
-    with ``"\\n\\n"``.  With ``complete=False`` the end may be missing (the longest of six runs is
+    with ``"\\n\\n"``.  With ``complete=False`` the end may be missing (the longest of eight runs is
     returned): for callers that ask for more tokens than they compare, on a loaded
     machine where the tool's logging thread often loses its last lines."""
     cmd = [str(tool("llama-mtmd-cli")), "-m", str(model), "--mmproj", str(mmproj),
@@ -103,16 +103,22 @@ def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_
            *(["--ignore-eos"] if ignore_eos else []), *(extra or [])]
     env = {**os.environ, "MTMD_TEST_RESPONSE_MARKER": MTMD_RESPONSE_MARKER}
     head = MTMD_RESPONSE_MARKER.encode() + b"\n\n"
-    # as llama-completion (above), the tool logs through a background thread that can lose its last
-    # lines at exit: a cut-off output is run again
+    # as llama-completion (above), the tool prints through common_log's background thread, which can
+    # lose lines at exit; on a loaded machine a run once printed the marker and the final "\n\n" with
+    # none of the generated pieces between them.  An output is taken once two runs print it alike
+    # (a loss is not repeated byte for byte); a cut-off one is run again.
     longest = b""
-    for _attempt in range(6):
+    seen: set[bytes] = set()
+    for _attempt in range(8):
         proc = subprocess.run(cmd, capture_output=True, timeout=300, env=env)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
         out = proc.stdout
         if head in out and out.endswith(b"\n\n"):
-            return out.split(head, 1)[1][:-2]
+            candidate = out.split(head, 1)[1][:-2]
+            if candidate in seen and (candidate or n_predict == 0):
+                return candidate
+            seen.add(candidate)
         if head in out and len(out.split(head, 1)[1]) > len(longest):
             longest = out.split(head, 1)[1]
-    assert not complete and longest, out[-80:]
+    assert not complete and longest, (out[-80:], seen)
     return longest
