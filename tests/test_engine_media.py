@@ -70,8 +70,11 @@ def test_mmproj_errors_say_what_is_wrong(tiny_mtmd_model: Callable[[str], "tuple
         Llama(text, mmproj_path=text, verbose=False)
     with pytest.raises(ValueError, match="not a multimodal handler; valid names: .*qwen2.5-vl"):
         Llama(text, mmproj_path=mmproj, chat_format="chatml", verbose=False)
-    with pytest.raises(ValueError, match="pass one of them"):
-        Llama(text, mmproj_path=mmproj, chat_handler=lambda **kw: None, verbose=False)
+    def handler(**kw: object) -> None: ...
+
+    with pytest.warns(UserWarning, match="replaces the chat_handler passed"):  # as the seed: it replaces it
+        with Llama(text, mmproj_path=mmproj, chat_handler=handler, verbose=False) as llm:
+            assert llm.chat_handler is not handler and llm.chat_handler is not None
     with pytest.raises(TypeError, match="unexpected keyword"):
         Llama(text, mmproj_path=mmproj, chat_handler_kwargs={"no_such_option": 1}, verbose=False)
     with pytest.raises(ValueError, match="image_max_tokens"):

@@ -26,7 +26,7 @@ LEGACY_IGNORED = {
     "tfs_z": "tail-free sampling was removed from llama.cpp",
     "device": "llama.cpp picks its devices (n_gpu_layers, main_gpu, split_mode, tensor_split)",
 }
-LEGACY_MAPPED = {"use_mmap", "use_mlock", "use_direct_io", "lora_path", "lora_scale", "embedding"}
+LEGACY_MAPPED = {"use_mmap", "use_mlock", "use_direct_io", "lora_path", "lora_scale", "embedding", "flash_attn"}
 
 
 def reject_unknown(kwargs: dict[str, Any], known: list[str]) -> None:
@@ -62,6 +62,26 @@ def legacy_load_mode(use_mmap: bool | None, use_mlock: bool | None, use_direct_i
     if use_mlock:
         return lib.LLAMA_LOAD_MODE_MMAP_MLOCK if mmap else lib.LLAMA_LOAD_MODE_MLOCK
     return lib.LLAMA_LOAD_MODE_MMAP if mmap else lib.LLAMA_LOAD_MODE_NONE
+
+
+def legacy_flash_attn(flash_attn: Any, flash_attn_type: int | None) -> int | None:
+    """``flash_attn`` (a bool: llama-cpp-python's keyword before ``flash_attn_type``) as a flash_attn_type;
+    ``flash_attn_type`` as given when it is not used.  Both given and disagreeing is a ValueError."""
+    if flash_attn is None:
+        return flash_attn_type
+    if not isinstance(flash_attn, bool):
+        raise ValueError(f"flash_attn must be True or False, got {flash_attn!r}")
+    mapped = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    if flash_attn_type is not None and flash_attn_type not in (lib.LLAMA_FLASH_ATTN_TYPE_AUTO, mapped):
+        raise ValueError(f"flash_attn={flash_attn} and flash_attn_type={flash_attn_type} disagree; pass one of them")
+    warnings.warn("flash_attn is deprecated: pass flash_attn_type=LLAMA_FLASH_ATTN_TYPE_ENABLED (or _DISABLED, "
+                  "_AUTO)", DeprecationWarning, stacklevel=4)
+    return mapped
+
+
+def enum_value(name: str, value: Any, default: int, lo: int, hi: int) -> int:
+    """An enum parameter the seed types Optional: None is ``default``, else an integer in ``lo..hi``."""
+    return default if value is None else int(check_int(name, value, lo, hi))
 
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:

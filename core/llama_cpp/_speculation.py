@@ -92,4 +92,4 @@ def make_step(engine: LlamaSpecEngine, model: Model, ctx: Context, cparams: Any,
     # a recurrent target rolls back natively within its n_rs_seq states, from a checkpoint beyond
     rollback_states = lib.llama_n_rs_seq(ptr) if recurrent else None
     return SpeculativeStep(engine, max_draft=cap, name=getattr(engine, "name", "") or type(engine).__name__,
-                           ctx=ctx, rollback_states=rollback_states)
+                           ctx=ctx, rollback_states=rollback_states, verbose=verbose)

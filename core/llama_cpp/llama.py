@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -13,12 +14,23 @@ from llama_cpp_native import ffi, lib
 
 from . import _compose, _hub, _logger, _speculation, state_file
 from . import _params as P
+from . import llama_types as _llama_types
 from ._adapters import NO_ADAPTERS, AdapterKey, Adapters
 from ._chat import ChatAPI, multimodal_handler, named_template_format
 from ._completion import CompletionAPI
 from ._embedding import EmbeddingAPI, check_embedding_context
 from .plugins import get_host
-from ._handles import Closing, load_model, new_context
+from ._handles import Closing, as_pointer, load_model, new_context
+# the seed's llama.py imports these, so `from llama_cpp.llama import X` and `llama_cpp.X` find them
+from ._logger import (add_log_filters, clear_log_filters, configure_logging, get_log_filters,  # noqa: F401
+                      get_verbosity, reset_log_filters, set_log_filters, set_verbosity)
+from ._utils import suppress_stdout_stderr  # noqa: F401
+from .llama_grammar import LlamaGrammar
+from .llama_types import *  # noqa: F401,F403
+from .processors import (AbortCriteria, LogitsProcessor, LogitsProcessorList,  # noqa: F401
+                         MinTokensLogitsProcessor, StoppingCriteria, StoppingCriteriaList)
+from .sampling_context import (CommonSamplerType, CustomSampler, LlamaSamplingContext,  # noqa: F401
+                               LlamaSamplingParams)
 from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
 from .engine.checkpoints import Checkpoint, HybridCheckpointCache
 from .engine.ledger import common_prefix
@@ -30,8 +42,41 @@ from .engine.scheduler import Slot
 from .engine.speculative import SpeculativeStep, empty_stats
 from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, normalize_seed, sampling_arguments
 
-if TYPE_CHECKING:
-    from .llama_grammar import LlamaGrammar
+__all__ = [
+    "Llama", "LlamaState", "LlamaDecodeAbort",
+    "LogitsProcessor", "LogitsProcessorList", "StoppingCriteria", "StoppingCriteriaList",
+    "MinTokensLogitsProcessor", "AbortCriteria", "LlamaGrammar", "BaseLlamaTokenizer", "LlamaTokenizer",
+    "LlamaSamplingContext", "LlamaSamplingParams", "CommonSamplerType", "CustomSampler",
+    "configure_logging", "get_verbosity", "set_verbosity", "get_log_filters", "set_log_filters",
+    "add_log_filters", "clear_log_filters", "reset_log_filters", "suppress_stdout_stderr",
+    *_llama_types.__all__,
+]
+
+#: Seed names the seed's llama.py imports from modules whose implementations come from plugins (the
+#: cache strategies) or that need more than the core at import: resolved when first used, so importing
+#: llama_cpp starts no plugin host.  Not in __all__ for that reason; ``llama_cpp`` forwards them.
+SEED_REEXPORTS = {
+    **dict.fromkeys(("BaseLlamaCache", "LlamaCache", "LlamaDiskCache", "LlamaRAMCache", "LlamaTrieCache",
+                     "HybridCheckpointCache"), "llama_cache"),
+    **dict.fromkeys(("LlamaDraftModel", "LlamaSpecEngine", "SpecConfig", "SpeculativeType", "create_spec_engine",
+                     "create_native_spec_engine", "speculative_output_limits"), "llama_speculative"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = SEED_REEXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llama_cpp.{module}"), name)
+
+
+class LlamaDecodeAbort(RuntimeError):
+    """``Llama.eval`` was stopped by ``abort()`` before all its tokens were evaluated: the end of that request.
+
+    The sequence holds the tokens evaluated before the interrupted batch (``n_tokens``): the engine
+    takes the interrupted batch back out of llama.cpp's memory, so nothing needs resetting.
+    """
+
 
 _GGUF_MAGIC = b"GGUF"
 
@@ -109,10 +154,10 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         ctx_type: int = lib.LLAMA_CONTEXT_TYPE_DEFAULT,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
-        rope_scaling_type: int = lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+        rope_scaling_type: int | None = lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
         pooling_type: int = lib.LLAMA_POOLING_TYPE_UNSPECIFIED,
-        attention_type: int = lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
-        flash_attn_type: int = lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+        attention_type: int | None = lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+        flash_attn_type: int | None = lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
         rope_freq_base: float = 0.0,
         rope_freq_scale: float = 0.0,
         yarn_ext_factor: float = -1.0,
@@ -151,6 +196,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         **legacy: Any,
     ) -> None:
         self._closed = True  # until fully constructed, close() has nothing to free
+        self._threadpools: tuple[Any, Any] | None = None  # the caller's ggml threadpools, while attached
         self._owned_handler: Any = None  # the multimodal handler mmproj_path made: closed with this Llama
         self._model: Model | None = None
         self._ctx: Context | None = None
@@ -180,8 +226,9 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self.mmproj_path = None if mmproj_path is None else str(mmproj_path)
         owned_handler = None
         if mmproj_path is not None:  # before the model loads: a wrong projector fails fast
-            if chat_handler is not None:
-                raise ValueError("mmproj_path and chat_handler both bring a multimodal handler; pass one of them")
+            if chat_handler is not None:  # the seed's rule: the handler mmproj_path makes replaces it
+                warnings.warn("mmproj_path makes a multimodal chat handler, which replaces the chat_handler "
+                              "passed (as in llama-cpp-python); pass only one of them", UserWarning, stacklevel=2)
             # the handler chooses its template (chat_format names a family)
             owned_handler = multimodal_handler(mmproj_path, chat_format, chat_template_name,
                                                dict(chat_handler_kwargs or {}), verbose)
@@ -252,10 +299,16 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         cparams.ctx_type = P.check_int("ctx_type", int(ctx_type), 0, 1)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads_batch
-        cparams.rope_scaling_type = int(rope_scaling_type)
+        # the seed types these three Optional: None is llama.cpp's default (follow the model, or auto)
+        cparams.rope_scaling_type = P.enum_value("rope_scaling_type", rope_scaling_type,
+                                                 lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, -1,
+                                                 lib.LLAMA_ROPE_SCALING_TYPE_MAX_VALUE)
         cparams.pooling_type = int(pooling_type)
-        cparams.attention_type = int(attention_type)
-        cparams.flash_attn_type = P.check_int("flash_attn_type", int(flash_attn_type), -1, 1)
+        cparams.attention_type = P.enum_value("attention_type", attention_type, lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+                                              -1, lib.LLAMA_ATTENTION_TYPE_NON_CAUSAL)
+        cparams.flash_attn_type = P.enum_value("flash_attn_type",
+                                               P.legacy_flash_attn(legacy.get("flash_attn"), flash_attn_type),
+                                               lib.LLAMA_FLASH_ATTN_TYPE_AUTO, -1, 1)
         cparams.rope_freq_base = P.check_float("rope_freq_base", rope_freq_base)
         cparams.rope_freq_scale = P.check_float("rope_freq_scale", rope_freq_scale)
         cparams.yarn_ext_factor = P.check_float("yarn_ext_factor", yarn_ext_factor)
@@ -816,6 +869,31 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         """
         self._live_scheduler().abort()
 
+    def attach_threadpool(self, threadpool: Any, threadpool_batch: Any = None) -> None:
+        """Compute this context on ggml threadpools the caller made (``ggml_threadpool_new``): ``threadpool``
+        for single tokens, ``threadpool_batch`` for prompts (the first one when omitted).
+
+        The pools stay the caller's: this Llama neither makes nor frees them, and keeps a reference while
+        they are attached.  Detach (``detach_threadpool``) before freeing a pool.  A handle is cffi cdata
+        or the int the low-level API (``llama_cpp.llama_cpp``) hands out.
+        """
+        scheduler = self._live_scheduler()
+        pool = as_pointer(threadpool, "struct ggml_threadpool *")
+        batch_pool = ffi.NULL if threadpool_batch is None else as_pointer(threadpool_batch,
+                                                                          "struct ggml_threadpool *")
+        with scheduler.exclusive():  # no decode runs while the pools change
+            lib.llama_synchronize(scheduler.ctx.ptr)
+            lib.llama_attach_threadpool(scheduler.ctx.ptr, pool, batch_pool)
+            self._threadpools = (threadpool, threadpool_batch)
+
+    def detach_threadpool(self) -> None:
+        """Back to llama.cpp's own threads (``n_threads``/``n_threads_batch``), once pending work is done."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            lib.llama_synchronize(scheduler.ctx.ptr)
+            lib.llama_detach_threadpool(scheduler.ctx.ptr)
+            self._threadpools = None
+
     @property
     def scores(self) -> np.ndarray:
         """The logits of the current sequence's evaluated tokens (row i for token i) with ``logits_all=True``;
@@ -847,6 +925,9 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         are evaluated with (omitted: the constructor's ``lora_path`` and no
         vector).  With ``logits_all``, ``copy_logits=False`` leaves their rows
         of ``scores`` unfilled.  The context shifts when it is full.
+
+        ``abort()`` from another thread stops it, even inside a long batch: it
+        then raises :class:`LlamaDecodeAbort`.
         """
         ids = self._token_list(tokens)
         limit = self._live_scheduler().ctx.n_ctx_seq
@@ -862,6 +943,9 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             scheduler.next_event(request)
         finally:
             scheduler.cancel(request)
+        if request.finish_reason == "abort":
+            raise LlamaDecodeAbort(f"abort() stopped eval() before its {len(ids)} tokens were all evaluated; the "
+                                   f"sequence holds the {self.n_tokens} tokens evaluated before")
 
     def _sampling(self, overrides: dict[str, Any]) -> SamplingParams:
         values = {k: v for k, v in overrides.items() if v is not None}
@@ -1011,9 +1095,12 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         The sampling keywords are those of ``generate``; a chain is built for
         this one call, primed with the current sequence's tokens, so stateful
         samplers (mirostat) start fresh.  ``logits_processor(input_ids,
-        logits)`` may edit the logits first.
+        logits)`` may edit the logits first.  As in llama-cpp-python,
+        ``penalty_last_n=0`` here means the constructor's ``last_n_tokens_size``.
         """
         scheduler = self._live_scheduler()
+        if penalty_last_n == 0:  # the seed's rule for sample(): no history length given is last_n_tokens_size
+            penalty_last_n = self.last_n_tokens_size
         params = self._sampling(sampling_arguments(Llama.sample, locals()))
         with scheduler.exclusive():
             history = scheduler.current.ledger.tokens

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import attrs
 
+from ._utils import Singleton
 from .plugins import ChatFormat, get_host, seed_exports
 
 
@@ -42,7 +43,7 @@ class LlamaChatCompletionHandler(Protocol):
     def __call__(self, *, llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any: ...
 
 
-class LlamaChatCompletionHandlerRegistry:
+class LlamaChatCompletionHandlerRegistry(Singleton):
     """Chat handlers registered in code, llama-cpp-python's way (one registry per process).
 
     Plugins publish formats through the ``llama_cpp_chat_formats`` hook; this
@@ -51,14 +52,8 @@ class LlamaChatCompletionHandlerRegistry:
     replace a plugin's format for this process.
     """
 
-    _instance: "LlamaChatCompletionHandlerRegistry | None" = None
-    _handlers: dict[str, Callable[..., Any]]
-
-    def __new__(cls) -> "LlamaChatCompletionHandlerRegistry":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-            cls._instance._handlers = {}
-        return cls._instance
+    def __init__(self) -> None:  # once: a Singleton's later calls give the same instance
+        self._handlers: dict[str, Callable[..., Any]] = {}
 
     def register_chat_completion_handler(self, name: str, chat_handler: Callable[..., Any],
                                          overwrite: bool = False) -> None:

@@ -30,10 +30,24 @@ class CompletionChoice(TypedDict):
     finish_reason: Optional[Literal["stop", "length", "abort"]]
 
 
+class PromptTokensDetails(TypedDict):
+    cached_tokens: NotRequired[int]
+    audio_tokens: NotRequired[int]
+
+
+class CompletionTokensDetails(TypedDict):
+    reasoning_tokens: NotRequired[int]
+    audio_tokens: NotRequired[int]
+    accepted_prediction_tokens: NotRequired[int]
+    rejected_prediction_tokens: NotRequired[int]
+
+
 class CompletionUsage(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: NotRequired[PromptTokensDetails]
+    completion_tokens_details: NotRequired[CompletionTokensDetails]
 
 
 class CreateCompletionResponse(TypedDict):
@@ -275,6 +289,245 @@ class CreateEmbeddingResponse(TypedDict):
     model: str
     usage: EmbeddingUsage
     cosineSimilarity: NotRequired[List[List[float]]]  # LlamaEmbedding's "json+" format
+
+# -- the rest of the seed's shapes: OpenAI's message parts, tool kinds (custom, MCP) and aliases ----
+
+
+class ChatCompletionResponseMessageFunctionCall(TypedDict):
+    arguments: str
+    name: str
+
+
+class ChatCompletionResponseMessageAudio(TypedDict):
+    id: str
+    expires_at: int
+    data: str
+    transcript: str
+
+
+class ChatCompletionResponseMessageAnnotationURLCitation(TypedDict):
+    end_index: int
+    start_index: int
+    url: str
+    title: str
+
+
+class ChatCompletionResponseMessageAnnotation(TypedDict):
+    type: Literal["url_citation"]
+    url_citation: ChatCompletionResponseMessageAnnotationURLCitation
+
+
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
+
+
+class ChatCompletionStreamResponseDeltaFunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+ChatCompletionRole = Literal[
+    "developer",
+    "system",
+    "user",
+    "assistant",
+    "tool",
+    "function"
+]
+
+
+class ChatCompletionFunctions(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: Dict[str, JsonType]
+
+
+class ChatCompletionFunctionCallOption(TypedDict):
+    name: str
+
+
+class ChatCompletionResponseFormatJSONSchema(TypedDict):
+    name: str
+    description: NotRequired[str]
+    schema: NotRequired[Dict[str, Any]]
+    strict: NotRequired[Optional[bool]]
+
+
+class ChatCompletionRequestMessageContentPartInputAudioData(TypedDict):
+    data: str
+    format: Literal["wav", "mp3"]
+
+
+class ChatCompletionRequestMessageContentPartAudio(TypedDict):
+    type: Literal["input_audio"]
+    input_audio: ChatCompletionRequestMessageContentPartInputAudioData
+
+
+class ChatCompletionRequestMessageContentPartFileData(TypedDict):
+    filename: NotRequired[str]
+    file_data: NotRequired[str]
+    file_id: NotRequired[str]
+
+
+class ChatCompletionRequestMessageContentPartFile(TypedDict):
+    type: Literal["file"]
+    file: ChatCompletionRequestMessageContentPartFileData
+
+
+class ChatCompletionRequestMessageContentPartRefusal(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ChatCompletionRequestDeveloperMessage(TypedDict):
+    role: Literal["developer"]
+    content: Optional[str]
+
+
+class ChatCompletionMessageCustomToolCallCustom(TypedDict):
+    """The custom tool that the model called."""
+    name: str
+    input: str
+
+
+class ChatCompletionMessageCustomToolCall(TypedDict):
+    """A call to a custom tool created by the model."""
+    id: str
+    type: Literal["custom"]
+    custom: ChatCompletionMessageCustomToolCallCustom
+
+
+MCPConnectorID = Literal[
+    "connector_dropbox",
+    "connector_gmail",
+    "connector_googlecalendar",
+    "connector_googledrive",
+    "connector_microsoftteams",
+    "connector_outlookcalendar",
+    "connector_outlookemail",
+    "connector_sharepoint"
+]
+
+
+MCPToolCallStatus = Literal["in_progress", "completed", "incomplete", "calling", "failed"]
+
+
+class MCPToolCall(TypedDict):
+    """An invocation of a tool on an MCP server."""
+    type: Literal["mcp_call"]
+    id: str
+    server_label: str
+    name: str
+    arguments: str  # JSON string
+    output: NotRequired[Optional[str]]
+    error: NotRequired[Optional[str]]
+    status: NotRequired[MCPToolCallStatus]
+    approval_request_id: NotRequired[Optional[str]]
+
+
+class MCPListToolsTool(TypedDict):
+    """A tool available on an MCP server."""
+    name: str
+    description: Optional[str]
+    input_schema: Dict[str, Any]  # The JSON schema describing the tool's input
+    annotations: Optional[Dict[str, Any]]
+
+
+class MCPListTools(TypedDict):
+    """A list of tools available on an MCP server."""
+    type: Literal["mcp_list_tools"]
+    id: str
+    server_label: str
+    tools: List[MCPListToolsTool]
+    error: Optional[str]
+
+
+class MCPToolFilter(TypedDict):
+    """A filter object to specify which tools are allowed."""
+    tool_names: NotRequired[List[str]]
+    read_only: NotRequired[bool]
+
+
+class MCPToolApprovalFilter(TypedDict, total=False):
+    """Specify which of the MCP server's tools require approval based on filters."""
+    always: MCPToolFilter
+    never: MCPToolFilter
+
+
+class MCPTool(TypedDict):
+    """
+    Give the model access to additional tools via remote Model Context Protocol (MCP) servers.
+    """
+    # The type of the MCP tool. Always `mcp`.
+    type: Literal["mcp"]
+    # A label for this MCP server, used to identify it in tool calls.
+    server_label: str
+    # The URL for the MCP server. One of `server_url` or `connector_id` must be provided.
+    server_url: NotRequired[str]
+    connector_id: NotRequired[MCPConnectorID]
+    authorization: NotRequired[str]
+    server_description: NotRequired[str]
+    headers: NotRequired[Optional[Dict[str, str]]]
+    # List of allowed tool names or a filter object.
+    allowed_tools: NotRequired[Optional[Union[List[str], MCPToolFilter]]]
+    # Specify which of the MCP server's tools require approval.
+    require_approval: NotRequired[Optional[Union[Literal["always", "never"], MCPToolApprovalFilter]]]
+    # Whether this MCP tool is deferred and discovered via tool search.
+    defer_loading: NotRequired[bool]
+
+
+class ChatCompletionRequestAssistantMessageFunctionCall(TypedDict):
+    arguments: str
+    name: str
+
+
+ChatCompletionFunctionParameters = Dict[str, JsonType]
+
+
+class ChatCompletionAllowedTools(TypedDict):
+    mode: Literal["auto", "required"]
+    tools: List[Dict[str, Any]]
+
+
+class ChatCompletionAllowedToolsChoice(TypedDict):
+    type: Literal["allowed_tools"]
+    allowed_tools: ChatCompletionAllowedTools
+
+
+class ChatCompletionNamedToolChoiceCustomObject(TypedDict):
+    name: str
+
+
+class ChatCompletionNamedToolChoiceCustom(TypedDict):
+    type: Literal["custom"]
+    custom: ChatCompletionNamedToolChoiceCustomObject
+
+
+EmbeddingData = Embedding
+
+
+ChatCompletionMessage = ChatCompletionResponseMessage
+
+
+ChatCompletionChoice = ChatCompletionResponseChoice
+
+
+ChatCompletionChunkDeltaEmpty = ChatCompletionStreamResponseDeltaEmpty
+
+
+ChatCompletionChunkChoice = ChatCompletionStreamResponseChoice
+
+
+ChatCompletionChunkDelta = ChatCompletionStreamResponseDelta
+
+
+ChatCompletionStreamResponse = CreateChatCompletionStreamResponse
+
+
+ChatCompletionResponseFunction = ChatCompletionFunction
+
+
+ChatCompletionFunctionCall = ChatCompletionResponseFunctionCall
+
 
 __all__ = [name for name in list(globals()) if name[0].isupper() and name not in {
     "Any", "Dict", "List", "Literal", "Optional", "Union", "NotRequired", "TypedDict"}]

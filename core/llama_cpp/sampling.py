@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import sys
 from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 from llama_cpp_native import ffi, lib
 
+from . import _logger
 from .plugins import SamplerStage, get_host
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -145,7 +147,8 @@ class SamplingParams:
     reasoning_start_in_prompt: bool = False
     reasoning_start_max_tokens: int | None = attrs.field(default=32, validator=lambda i, a, v: v is None or _int(0)(i, a, v))
     seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int(0, LLAMA_DEFAULT_SEED))
-    samplers: tuple[str, ...] | None = attrs.field(
+    # the filter stages, in order, by name (or a SamplerStage record made for this call)
+    samplers: tuple[str | SamplerStage, ...] | None = attrs.field(
         default=None, converter=lambda v: None if v is None else tuple(v)
     )
     extra_samplers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
@@ -221,6 +224,13 @@ def effective_logit_bias(params: SamplingParams, n_vocab: int, eog_tokens: Seque
     return bias
 
 
+def stage_log(message: str) -> None:
+    """What a stage tells the user about its work (a reasoning budget's transitions): printed to stderr
+    like llama.cpp's own log lines, unless the log level is below info (``Llama(verbose=False)``)."""
+    if _logger.get_verbosity() >= 3:
+        print(message, file=sys.stderr)
+
+
 @attrs.frozen
 class ChainContext:
     """What a stage's ``build`` sees: the parameters and the model it samples for."""
@@ -238,6 +248,11 @@ class ChainContext:
     # Python objects a stage's native samplers point into (callbacks, arrays):
     # the chain keeps them alive as long as it lives
     keep: list = attrs.field(factory=list)
+    # objects a stage hands to whoever drives the chain, by stage name (the reasoning budget's state
+    # machine, whose force() ends the reasoning block now)
+    controls: dict[str, Any] = attrs.field(factory=dict)
+    # how a stage reports what it does (stage_log: stderr, unless the log level is below info)
+    log: Callable[[str], None] = stage_log
 
 
 def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[SamplerStage]]:
@@ -246,7 +261,8 @@ def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[Sa
     filters = {n: s for n, s in stages.items() if not s.final}
     finals = sorted((s for s in stages.values() if s.final), key=lambda s: s.order)
     if params.samplers is not None:
-        chosen = [host.choose(SamplerStage, name) for name in params.samplers]
+        chosen = [entry if isinstance(entry, SamplerStage) else host.choose(SamplerStage, entry)
+                  for entry in params.samplers]
         if any(s.final for s in chosen):
             raise ValueError("samplers lists filter stages only; the final stage follows from temperature/mirostat")
     else:
@@ -290,6 +306,16 @@ class SamplerChain:
         except BaseException:
             self.close()
             raise
+
+    @classmethod
+    def adopt(cls, ptr: Any, keep: list, active: Sequence[str] = ()) -> SamplerChain:
+        """The owner of a chain made elsewhere (``llama_sampler_clone`` of one), keeping ``keep`` (the Python
+        objects its samplers call back into) alive as long as it lives."""
+        if ptr == ffi.NULL:
+            raise RuntimeError("llama.cpp could not copy the sampler chain")
+        chain = cls.__new__(cls)
+        chain.ptr, chain.active, chain._keep = ptr, list(active), keep
+        return chain
 
     @property
     def biased_argmax(self) -> bool:

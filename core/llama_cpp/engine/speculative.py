@@ -18,6 +18,7 @@ back and the accepted tokens are decoded again with the next tick.
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from typing import Any, Sequence
@@ -151,20 +152,57 @@ class _Sequence:
         self.active = True  # False after a process() failure: this request drafts no more
 
 
+def _duration(seconds: float) -> str:
+    """Seconds as the seed prints phase times: milliseconds below one second, so small costs show."""
+    return f"{seconds:.3f} s" if seconds >= 1.0 else f"{seconds * 1000.0:.3f} ms"
+
+
+def stats_summary(name: str, stats: dict[str, Any]) -> str:
+    """The summary llama-cpp-python prints (to stderr, when verbose) after a speculative generation:
+    calls, acceptance, phase times, checkpoints and output speed, from ``last_speculative_stats``."""
+    per_position = ", ".join(f"{rate:.1%}" for rate in stats["acceptance_rate_per_position"])
+    native, device = stats["checkpoint_native_captures"], stats["checkpoint_device_captures"]
+    mode = (f"mixed (native {native:,}, device {device:,})" if native and device
+            else "native-rs" if native else "on-device" if device else "none")
+    return "\n".join([
+        f"Llama.generate: {name} summary",
+        f"  Calls       begin {stats['begin_calls']:,} | draft {stats['draft_calls']:,} | "
+        f"process {stats['process_calls']:,} | accept {stats['accept_calls']:,}",
+        f"  Acceptance  batches {stats['accepted_drafts']:,} / {stats['generated_drafts']:,} = "
+        f"{stats['draft_batch_acceptance_rate']:.1%} | tokens {stats['accepted_draft_tokens']:,} / "
+        f"{stats['drafted']:,} = {stats['draft_token_acceptance_rate']:.1%} | "
+        f"mean step length {stats['mean_accepted_length']:.2f} | by position [{per_position}]",
+        "  Phase time  " + " | ".join(f"{label} {_duration(stats[key + '_seconds'])}" for label, key in (
+            ("begin", "begin"), ("draft", "draft"), ("target decode", "target_decode"),
+            ("target sync", "target_sync"), ("process", "process"), ("accept", "accept"))),
+        f"  Checkpoint  capture {stats['checkpoint_captures']:,} in {_duration(stats['checkpoint_capture_seconds'])} | "
+        f"restore {stats['checkpoint_restores']:,} in {_duration(stats['checkpoint_restore_seconds'])} | "
+        f"reuse {stats['checkpoint_verification_reuses']:,} | mode {mode}",
+        f"  Output      {stats['generation_tokens']:,} tokens / {stats['generation_seconds']:.3f} s = "
+        f"{stats['generation_tokens_per_second']:.2f} tok/s | "
+        f"sustained {stats['sustained_tokens_per_second']:.2f} tok/s | "
+        f"TTFT {stats['time_to_first_token_seconds'] * 1000.0:.2f} ms | rollbacks {stats['rollbacks']:,} "
+        f"(native {stats['native_rollbacks']:,}, checkpoint {stats['checkpoint_rollbacks']:,})",
+    ])
+
+
 class SpeculativeStep:
     """The scheduler's step for speculative decoding over one :class:`LlamaSpecEngine`.
 
     ``max_draft`` caps every draft (the decode's per-sequence outputs minus
     the last token).  ``rollback_states`` is None for a target whose memory
     drops any suffix, else the states llama.cpp keeps per sequence
-    (``n_rs_seq``): a longer draft is verified from a checkpoint.
+    (``n_rs_seq``): a longer draft is verified from a checkpoint.  With
+    ``verbose`` the summary of each finished request's speculation is printed
+    to stderr, as llama-cpp-python does.
     """
 
     observes_batches = True
 
     def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "", ctx: Context | None = None,
-                 rollback_states: int | None = None) -> None:
+                 rollback_states: int | None = None, verbose: bool = False) -> None:
         self.engine = engine
+        self.verbose = verbose
         self.max_draft = max(0, max_draft)
         self.name = name or type(engine).__name__
         self.ctx = ctx
@@ -198,6 +236,8 @@ class SpeculativeStep:
         stats.counts["generation_tokens"] = n_generated
         stats.ended = time.perf_counter()
         self.last_stats = stats.as_dict()
+        if self.verbose:
+            print(stats_summary(self.name, self.last_stats), file=sys.stderr)
         for key in self._totals:
             self._totals[key] += stats.counts[key]
         per_position = self._accepted_per_position

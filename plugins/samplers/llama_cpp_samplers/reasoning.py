@@ -11,6 +11,10 @@ FORCING   lets only the next token of ``reasoning_budget_message +
           reasoning_end`` through, one per step, then PASSTHROUGH;
 PASSTHROUGH does nothing: later reasoning blocks are not touched.
 
+``force()`` (through the chain's ``controls["reasoning_budget"]``) ends a
+block that is COUNTING now.  Each transition is reported through the chain's
+``log``, as llama-cpp-python prints them.
+
 Tags are matched on text, not token ids, so a tag that the model spells with
 several tokens is found too.  Forcing masks every other candidate with -inf
 after the penalties and biases and before the truncation samplers, which then
@@ -37,7 +41,7 @@ class State(enum.Enum):
 class ReasoningBudget:
     """The state machine; ``accept`` sees each sampled token, ``forced_token`` says what to force."""
 
-    def __init__(self, params: Any, piece: Any, tokenize: Any) -> None:
+    def __init__(self, params: Any, piece: Any, tokenize: Any, log: Any = lambda message: None) -> None:
         self.budget = params.reasoning_budget
         self.start = params.reasoning_start
         self.end = params.reasoning_end
@@ -48,8 +52,26 @@ class ReasoningBudget:
         self.seen = 0  # tokens accepted in the current state
         self.text = ""  # output text since the block started (or since generation started, in IDLE)
         self.forced_at = 0
+        self._log = log
         if self.state is State.COUNTING and self.budget == 0:
             self.state = State.FORCING
+        self._report(f"initialized (state={self.state.name}, budget={self.budget}, "
+                     f"start_max_tokens={self.window})")
+
+    def _report(self, message: str) -> None:
+        self._log(f"reasoning budget: {message}")
+
+    def _enter(self, state: State, why: str) -> None:
+        self.state = state
+        self._report(f"{why}; entering {state.name}")
+
+    def force(self) -> bool:
+        """End the reasoning block now (its end is forced next); only a block that is COUNTING can be,
+        so a forced end is never restarted.  Whether it was."""
+        if self.state is not State.COUNTING:
+            return False
+        self._enter(State.FORCING, "forced by the caller")
+        return True
 
     def forced_token(self) -> int | None:
         return self.forced[self.forced_at] if self.state is State.FORCING else None
@@ -62,26 +84,27 @@ class ReasoningBudget:
             if token == self.forced[self.forced_at]:
                 self.forced_at += 1
             if self.forced_at >= len(self.forced):
-                self.state = State.PASSTHROUGH
+                self._enter(State.PASSTHROUGH, "forced end written")
             return
         self.seen += 1
         self.text += self.piece(token)
         if state is State.IDLE:
             at = self.text.find(self.start)
             if at >= 0:
-                self.state, self.seen = State.COUNTING, 0
+                self.seen = 0
                 self.text = self.text[at + len(self.start):]
+                self._enter(State.COUNTING, f"reasoning_start seen (budget {self.budget})")
                 if self.budget == 0:
-                    self.state = State.FORCING
+                    self._enter(State.FORCING, "budget is 0")
             elif self.window is not None and self.seen >= self.window:
-                self.state = State.PASSTHROUGH
+                self._enter(State.PASSTHROUGH, f"no reasoning_start in the first {self.window} tokens")
             else:
                 self.text = self.text[-len(self.start):]  # only a partial tag can matter later
             return
         if self.end in self.text:
-            self.state = State.PASSTHROUGH
+            self._enter(State.PASSTHROUGH, "reasoning_end seen")
         elif self.seen >= self.budget:
-            self.state = State.FORCING
+            self._enter(State.FORCING, f"budget of {self.budget} tokens spent")
         else:
             self.text = self.text[-len(self.end):]
 
@@ -106,7 +129,8 @@ def reasoning_budget_stage(ctx: Any) -> list[Any]:
             raise ValueError(f"reasoning_end {params.reasoning_end!r} tokenizes to nothing")
         return list(out[0:n])
 
-    machine = ReasoningBudget(params, piece, tokenize)
+    machine = ReasoningBudget(params, piece, tokenize, ctx.log)
+    ctx.controls["reasoning_budget"] = machine
 
     @ffi.callback("void(struct llama_sampler *, llama_token_data_array *)")
     def apply(_smpl: Any, cur_p: Any) -> None:
