@@ -23,6 +23,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from llama_cpp.chat_messages import content_text
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
+from .handler import formatter_handler
+
 
 class TemplateError(ValueError):
     """A chat template that cannot be compiled or rendered (or that tried to leave the sandbox)."""
@@ -250,3 +252,8 @@ class Jinja2ChatFormatter:
         )
         return ChatFormatterResponse(prompt=prompt, stop=[self.eos_token] if self.eos_token else None,
                                      added_special=bool(self.bos_token) and prompt.startswith(self.bos_token))
+
+    def to_chat_handler(self) -> Any:
+        """A chat handler that renders with this formatter (llama-cpp-python's method): structured output,
+        tools and streaming as for the named formats."""
+        return formatter_handler(self)
