@@ -20,6 +20,11 @@ from typing import Any, Sequence
 
 from . import llama_cpp as C
 from ._logger import capture_messages
+# the seed's _internals also holds its sampling objects and the decode-abort exception; here they live
+# in llama_cpp.sampling_context and llama_cpp.llama, and code that imports them from here finds them
+from .llama import LlamaDecodeAbort  # noqa: F401
+from .sampling_context import (CommonSamplerType, CustomSampler, LlamaSamplingContext,  # noqa: F401
+                               LlamaSamplingParams)
 
 
 def _text(call: Any, *args: Any) -> str:
