@@ -241,3 +241,12 @@ def test_what_the_inventory_says_is_not_there_is_not() -> None:
         assert not hasattr(importlib.import_module(module), name), f"the seed's {module} has no {name}"
     for module, (_where, page, sentence) in MOVED.items():
         assert sentence in (ROOT / page).read_text(encoding="utf-8"), f"{page} no longer says where {module} went"
+
+
+def test_the_top_level_names_are_llama_cpp_llamas() -> None:
+    """The seed's top level is ``from .llama import *``: each of its names is one llama.py defines or imports."""
+    from llama_cpp import llama as llama_module
+
+    for name in DOCUMENTED["llama_cpp"]:
+        if ("llama_cpp", name) not in NOT_THERE:
+            assert getattr(llama_module, name) is getattr(llama_cpp, name), name
