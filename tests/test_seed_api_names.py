@@ -154,6 +154,8 @@ def documented_names(text: str) -> dict[str, dict[str, str]]:
                 continue
             kind = ("class" if _CLASS.match(name) else "constant" if _CONSTANT.match(name)
                     else "call" if span[len(name):].startswith("(") else "C name" if _C_NAME.match(name) else None)
+            if kind == "C name" and importlib.util.find_spec(f"llama_cpp.{name}") is not None:
+                continue  # a module of the package (`llama_types`), not a C name
             if kind:
                 names.setdefault(module, {}).setdefault(name, kind)
     return names
@@ -200,8 +202,6 @@ def _resolves(module: str, name: str, kind: str, classes: list[type]) -> bool:
     from llama_cpp import llama_cpp as c_api
 
     if hasattr(_module(module), name) or hasattr(c_api, name):
-        return True
-    if importlib.util.find_spec(f"llama_cpp.{name}") is not None:  # a module of the package (`llama_types`)
         return True
     return kind != "class" and any(hasattr(cls, name) for cls in classes)
 
