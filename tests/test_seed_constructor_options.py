@@ -17,12 +17,12 @@ def test_none_is_llama_cpps_default(tiny_model_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         llm = Llama(str(tiny_model_path), n_ctx=256, verbose=False, attention_type=None, flash_attn_type=None,
-                    rope_scaling_type=None)
+                    rope_scaling_type=None, ctx_type=None)
     with llm:
         p = llm.context_params
-        assert (p.attention_type, p.flash_attn_type, p.rope_scaling_type) == (
+        assert (p.attention_type, p.flash_attn_type, p.rope_scaling_type, p.ctx_type) == (
             lib.LLAMA_ATTENTION_TYPE_UNSPECIFIED, lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
-            lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED)
+            lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, lib.LLAMA_CONTEXT_TYPE_DEFAULT)
         copy = pickle.loads(pickle.dumps(llm))
         assert copy.context_params.flash_attn_type == lib.LLAMA_FLASH_ATTN_TYPE_AUTO
         copy.close()

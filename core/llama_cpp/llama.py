@@ -151,7 +151,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         n_rs_seq: int = 0,
         n_outputs_max: int = 0,
         n_outputs_max_per_seq: int = 1,
-        ctx_type: int = lib.LLAMA_CONTEXT_TYPE_DEFAULT,
+        ctx_type: int | None = lib.LLAMA_CONTEXT_TYPE_DEFAULT,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
         rope_scaling_type: int | None = lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
@@ -296,10 +296,10 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             raise ValueError(f"n_outputs_max must be 0 (n_batch) or at least n_seq_max ({n_seq_max}): every "
                              f"sequence may need its logits in one decode; got {n_outputs_max}")
         cparams.n_outputs_max_per_seq = P.check_int("n_outputs_max_per_seq", n_outputs_max_per_seq, 0)
-        cparams.ctx_type = P.check_int("ctx_type", int(ctx_type), 0, 1)
+        cparams.ctx_type = P.enum_value("ctx_type", ctx_type, lib.LLAMA_CONTEXT_TYPE_DEFAULT, 0, 1)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads_batch
-        # the seed types these three Optional: None is llama.cpp's default (follow the model, or auto)
+        # the seed types these Optional: None is llama.cpp's default (follow the model, or auto)
         cparams.rope_scaling_type = P.enum_value("rope_scaling_type", rope_scaling_type,
                                                  lib.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED, -1,
                                                  lib.LLAMA_ROPE_SCALING_TYPE_MAX_VALUE)
