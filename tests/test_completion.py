@@ -241,5 +241,7 @@ def test_logits_all_keeps_scores_and_scores_the_echoed_prompt(smollm2_model_path
     with Llama(str(smollm2_model_path), n_ctx=256, verbose=False) as llm:
         out = llm.create_completion(PROMPT, max_tokens=2, temperature=0.0, echo=True, logprobs=1)
         assert out["choices"][0]["logprobs"]["token_logprobs"][1] is None  # no history without logits_all
-        with pytest.raises(RuntimeError, match="logits_all"):
-            _ = llm.scores
+        # without logits_all only the last row is kept, as in the seed: the logits after the last token
+        last = llm.scores
+        assert last.shape == (1, llm.n_vocab()) and np.isfinite(last).all()
+        assert np.array_equal(last[0], llm.eval_logits[-1])

@@ -65,7 +65,6 @@ from llama_cpp_native import ffi, lib
 from . import _foreign_writes
 from ._ctypes_types import CtypesTypes as _CtypesTypes
 from ._ctypes_types import is_opaque as _is_opaque
-from ._ctypes_types import struct_name as _struct_name
 
 _CTYPES_ALIASES = ["CFUNCTYPE", "POINTER", "Structure", "Union", "byref", "c_bool", "c_char", "c_char_p", "c_double",
                    "c_float", "c_int", "c_int8", "c_int16", "c_int32", "c_int64", "c_long", "c_size_t", "c_uint",

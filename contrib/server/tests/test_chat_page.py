@@ -203,3 +203,26 @@ def test_stream_parser_joins_split_reads(serve: Callable[..., Any], open_page: C
             return out;
         }""")
         assert payloads == [{"a": "é😀"}, {"b": 1}]
+
+
+def test_the_api_page_renders_offline(serve: Callable[..., Any], chromium: Browser) -> None:
+    """``/docs`` draws every route and schema from ``openapi.json`` with nothing but its own server: every
+    other host is cut off, as on a machine with no network."""
+    with serve() as base_url:
+        context = chromium.new_context()
+        try:
+            page = context.new_page()
+            requests: list[str] = []
+            errors: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base_url + "/")
+                       else route.abort())
+            page.goto(base_url + "/docs")
+            expect(page.locator("#api h2")).to_have_text(["Routes", "Schemas"])
+            expect(page.locator("#api").get_by_text("/v1/chat/completions", exact=True).first).to_be_visible()
+            expect(page.locator("#api details[id^='schema-']").first).to_be_attached()  # the schemas, collapsed
+            assert [url for url in requests if not url.startswith(base_url + "/")] == []
+            assert requests[:2] == [f"{base_url}/docs", f"{base_url}/openapi.json"] and not errors
+        finally:
+            context.close()

@@ -714,7 +714,6 @@ class Scheduler:
 
     def _start(self, slot: Slot, request: Request) -> None:
         """Put ``request`` into ``slot``: reuse what the sequence holds, take over its sampler (mutex held)."""
-        ledger, prompt = slot.ledger, request.prompt
         request.seq_id = slot.seq_id
         request.started = time.perf_counter()
         slot.request = request
