@@ -19,7 +19,9 @@ import os
 from typing import Any, Sequence
 
 from . import llama_cpp as C
+from ._handles import NativeHandle, as_pointer
 from ._logger import capture_messages
+from .engine.model import Model
 # the seed's _internals also holds its sampling objects and the decode-abort exception; here they live
 # in llama_cpp.sampling_context and llama_cpp.llama, and code that imports them from here finds them
 from .llama import LlamaDecodeAbort  # noqa: F401
@@ -73,6 +75,8 @@ class LlamaModel(_Owner):
             raise ValueError(f"Failed to load model from file: {path_model}: {log.reason('no reason was logged')}")
         self.model = model
         self.vocab: int = C.llama_model_get_vocab(model)
+        # a view of the model for the engine's tokenizer functions; it frees nothing (this object does)
+        self._tokens = Model(NativeHandle(as_pointer(model, "struct llama_model *"), lambda _ptr: None, "model"))
 
     def _free(self, handle: Any) -> None:
         for context in self._contexts:
@@ -149,31 +153,17 @@ class LlamaModel(_Owner):
     def add_eos_token(self) -> bool:
         return C.llama_vocab_get_add_eos(self.vocab)
 
+    # the engine's own tokenizer calls, over this model's pointer (one rule for the BOS space, not two)
     def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
-        capacity = len(text) + 2
-        while True:
-            tokens = (C.llama_token * capacity)()
-            n = C.llama_tokenize(self.vocab, text, len(text), tokens, capacity, add_bos, special)
-            if n >= 0:
-                return list(tokens[:n])
-            capacity = -n  # the buffer was too small: -n is the count needed
+        return self._tokens.tokenize(text, add_bos, special)
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
-        size = 32
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = C.llama_token_to_piece(self.vocab, token, buf, size, 0, special)
-            if n >= 0:
-                return buf.raw[:n]
-            size = -n
+        return self._tokens.piece(token, special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> bytes:
         """The tokens' text; the space a SentencePiece vocabulary puts before the first word after BOS
-        comes off, as in llama-cpp-python."""
-        text = b"".join(self.token_to_piece(t, special) for t in tokens)
-        if tokens and tokens[0] == self.token_bos() and text[:1] == b" ":
-            return text[1:]
-        return text
+        comes off, as in llama-cpp-python (and ``Llama.detokenize``)."""
+        return self._tokens.detokenize(list(tokens), special)
 
     def metadata(self) -> dict[str, str]:
         return {_text(C.llama_model_meta_key_by_index, self.model, i): _text(C.llama_model_meta_val_str_by_index,
