@@ -3,6 +3,7 @@ tests use them (load, decode batch by batch, sample with a chain, free exactly o
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,43 @@ def test_a_batch_refuses_rows_past_its_size(tiny_model_path: Path) -> None:
         batch.set_batch([1, 2, 3], n_past=0, logits_all=False)
     batch.add_sequence([1], seq_id=0, logits_all=True)
     assert batch.n_tokens() == 1
+
+
+def test_rows_of_tokens_or_embeddings_and_their_limits(tiny_model_path: Path) -> None:
+    model, context = _pair(tiny_model_path)
+    n_embd = model.n_embd()
+    tokens = internals.LlamaBatch(n_tokens=4, embd=0, n_seq_max=2)
+    tokens.add_token(5, 0, [0, 1], True)  # one row in two sequences
+    assert (tokens.batch.n_seq_id[0], tokens.batch.seq_id[0][1]) == (2, 1)
+    with pytest.raises(ValueError, match="1 to n_seq_max=2"):
+        tokens.add_token(6, 1, [0, 1, 2], False)
+    with pytest.raises(ValueError, match="holds token ids"):
+        tokens.add_embedding([0.0] * n_embd, 1, [0], False)
+    rows = internals.LlamaBatch(n_tokens=3, embd=n_embd, n_seq_max=1)
+    vectors = np.random.default_rng(0).standard_normal((3, n_embd)).astype(np.float32)
+    rows.add_embeddings(vectors.tolist(), 0, 0, False)
+    assert np.array_equal(np.ctypeslib.as_array(rows.batch.embd, shape=(3, n_embd)), vectors)
+    assert [rows.batch.logits[i] for i in range(3)] == [0, 0, 1]
+    with pytest.raises(ValueError, match="holds input embeddings"):
+        rows.add_token(1, 3, [0], False)
+    context.decode(rows)  # llama.cpp takes the embedding rows
+    assert np.isfinite(np.ctypeslib.as_array(context.get_logits_ith(-1), shape=(model.n_vocab(),))).all()
+    assert model.model_chat_template() is None  # the tiny model carries no template
+    model.close()
+
+
+def test_binding_a_function_by_hand() -> None:
+    bind = llama_cpp.ctypes_function_for_shared_library(llama_cpp.llama_cpp._lib)
+
+    @bind("llama_max_devices", [], ctypes.c_size_t)
+    def llama_max_devices() -> int: ...
+
+    assert llama_max_devices() == llama_cpp.LLAMA_MAX_DEVICES
+
+    @bind(["no_such_function"], [], None, required=False)
+    def absent() -> None: ...
+
+    with pytest.raises(RuntimeError, match="no_such_function"):
+        absent()
+    with pytest.raises(AttributeError, match="no_such_function"):
+        bind("no_such_function", [], None)(lambda: None)

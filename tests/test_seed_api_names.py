@@ -36,9 +36,10 @@ import pytest
 import llama_cpp
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_API = ROOT.parent / "shared" / "SEED-API.md"
-if not SEED_API.exists():  # the inventory lives beside the checkout, in the shared folder
-    pytest.skip(f"{SEED_API} is not there", allow_module_level=True)
+# the inventory, kept with the tests so that a clone checks itself; where the project's shared folder sits
+# beside the checkout (the original), the copy must equal it (test_the_copy_of_the_inventory_is_current)
+SEED_API = ROOT / "tests" / "data" / "SEED-API.md"
+SHARED_SEED_API = ROOT.parent / "shared" / "SEED-API.md"
 
 _SPAN = re.compile(r"`([^`]+)`")
 _MODULE = re.compile(r"^llama_cpp(\.\w+)*$")
@@ -87,24 +88,12 @@ DELIBERATELY_ABSENT = {
     ("llama_cpp._internals", "LlamaLoraAdapter"): (
         "docs/differences.md", "The seed's `LlamaLoraAdapter` (its `_internals` owner of one adapter) is\n  "
                                "deliberately absent"),
+    ("llama_cpp.llama_cpp", "llama_params_fit_status"): (
+        "docs/low-level.md", "| `llama_params_fit_status`                      | absent: the pinned llama.h has no such enum"),
     ("llama_cpp._internals", "LlamaTokenDataArray"): (
         "docs/differences.md", "Not provided there: the pre-sampler-chain `sample_*` methods of\n`LlamaContext` "
                                "(the reference raises NotImplementedError in them too),\n`LlamaTokenDataArray`"),
 }
-
-# Names still missing that their owners have not settled (issue 21): each fails as expected until it is
-# provided (then the xfail fails, strict, and the entry goes) or documented as deliberately absent.
-OPEN = {
-    ("llama_cpp._internals", "add_embedding"): "LlamaBatch.add_embedding (issue 21, item 7: _internals)",
-    ("llama_cpp._internals", "add_embeddings"): "LlamaBatch.add_embeddings (issue 21, item 7: _internals)",
-    ("llama_cpp.llama_multimodal", "model_chat_template"): "the seed's LlamaModel.model_chat_template "
-                                                            "(issue 21, item 7: _internals)",
-    ("llama_cpp.llama_cpp", "ctypes_function_for_shared_library"): "the seed's _ctypes_extensions decorator "
-                                                                   "(issue 21, item 1: the ctypes binding)",
-    ("llama_cpp.llama_cpp", "llama_params_fit_status"): "an enum the pinned llama.h does not have "
-                                                        "(issue 21, item 1: the ctypes binding)",
-}
-
 
 def _sections(text: str) -> list[tuple[str, str]]:
     """(module, line) for every line of a section that documents a module."""
@@ -217,13 +206,12 @@ def test_the_inventory_is_read() -> None:
         assert len(DOCUMENTED.get(module, ())) >= 2, module
     assert len(CASES) > 150
     assert ("llama_cpp", "LlamaEmbedding") in NOT_THERE
-    for module, name in (*DELIBERATELY_ABSENT, *OPEN):
+    for module, name in DELIBERATELY_ABSENT:
         assert name in DOCUMENTED.get(module, {}), f"{module}.{name} is no longer in the inventory: drop its entry"
 
 
 @pytest.mark.parametrize(("module", "name", "kind"), [
-    pytest.param(*case, id=f"{case[0]}.{case[1]}",
-                 marks=[pytest.mark.xfail(reason=OPEN[case[:2]], strict=True)] if case[:2] in OPEN else [])
+    pytest.param(*case, id=f"{case[0]}.{case[1]}")
     for case in CASES])
 def test_documented_name_is_importable(module: str, name: str, kind: str) -> None:
     assert _resolves(module, name, kind, _classes()), f"{module} has no {name} ({kind}), which SEED-API.md documents"
@@ -250,3 +238,9 @@ def test_the_top_level_names_are_llama_cpp_llamas() -> None:
     for name in DOCUMENTED["llama_cpp"]:
         if ("llama_cpp", name) not in NOT_THERE:
             assert getattr(llama_module, name) is getattr(llama_cpp, name), name
+
+
+def test_the_copy_of_the_inventory_is_current() -> None:
+    if SHARED_SEED_API.exists():
+        assert SHARED_SEED_API.read_text(encoding="utf-8") == TEXT, \
+            f"{SHARED_SEED_API} changed: copy it to {SEED_API}"

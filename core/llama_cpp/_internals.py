@@ -165,6 +165,11 @@ class LlamaModel(_Owner):
         comes off, as in llama-cpp-python (and ``Llama.detokenize``)."""
         return self._tokens.detokenize(list(tokens), special)
 
+    def model_chat_template(self, name: str | None = None) -> str | None:
+        """The chat template the GGUF carries under ``name`` (None: the default one); None if it has none."""
+        template = C.llama_model_chat_template(self.model, name.encode() if name is not None else None)
+        return template.decode("utf-8", errors="replace") if template is not None else None
+
     def metadata(self) -> dict[str, str]:
         return {_text(C.llama_model_meta_key_by_index, self.model, i): _text(C.llama_model_meta_val_str_by_index,
                                                                               self.model, i)
@@ -256,7 +261,8 @@ class LlamaContext(_Owner):
 
 
 class LlamaBatch(_Owner):
-    """A ``llama_batch`` (``.batch``, the ctypes Structure) for up to ``n_tokens`` rows."""
+    """A ``llama_batch`` (``.batch``, the ctypes Structure) for up to ``n_tokens`` rows: of token ids, or with
+    ``embd > 0`` of input embeddings of ``embd`` floats (llama.cpp reads one or the other, never both)."""
 
     _field = "batch"
 
@@ -282,18 +288,51 @@ class LlamaBatch(_Owner):
         """``batch`` at positions 0... of ``seq_id``, after the rows already there."""
         self._add(batch, 0, seq_id, logits_all)
 
+    def add_token(self, token: int, pos: int, seq_ids: Sequence[int], logits: bool) -> None:
+        """One token row at ``pos``, in every sequence of ``seq_ids``."""
+        self._row(pos, seq_ids, logits, token=token)
+
+    def add_embedding(self, embedding: Sequence[float], pos: int, seq_ids: Sequence[int], logits: bool) -> None:
+        """One row of ``embd`` input floats at ``pos``, in every sequence of ``seq_ids``."""
+        self._row(pos, seq_ids, logits, embedding=embedding)
+
+    def add_embeddings(self, embeddings: Sequence[Sequence[float]], first_pos: int, seq_id: int,
+                       logits_all: bool) -> None:
+        """Rows of input embeddings at ``first_pos``... of ``seq_id``; logits for every row or the last."""
+        self._check_room(len(embeddings))
+        for i, embedding in enumerate(embeddings):
+            self.add_embedding(embedding, first_pos + i, [seq_id], logits_all or i == len(embeddings) - 1)
+
     def _add(self, tokens: Sequence[int], first_pos: int, seq_id: int, logits_all: bool) -> None:
-        start = self.batch.n_tokens
-        if start + len(tokens) > self._n_tokens:
-            raise ValueError(f"{start + len(tokens)} rows do not fit a batch of {self._n_tokens}")
-        b = self.batch
+        self._check_room(len(tokens))
         for i, token in enumerate(tokens):
-            row = start + i
-            b.token[row], b.pos[row], b.n_seq_id[row], b.logits[row] = token, first_pos + i, 1, logits_all
-            b.seq_id[row][0] = seq_id
-        b.n_tokens = start + len(tokens)
-        if tokens:
-            b.logits[b.n_tokens - 1] = True
+            self._row(first_pos + i, [seq_id], logits_all or i == len(tokens) - 1, token=token)
+
+    def _check_room(self, n: int) -> None:
+        """Rows are added all or none: a call that would overflow changes nothing."""
+        if self.batch.n_tokens + n > self._n_tokens:
+            raise ValueError(f"{self.batch.n_tokens + n} rows do not fit a batch of {self._n_tokens}")
+
+    def _row(self, pos: int, seq_ids: Sequence[int], logits: bool, *, token: int | None = None,
+             embedding: Sequence[float] | None = None) -> None:
+        b, row = self.batch, self.batch.n_tokens
+        if (embedding is None) != (self.embd == 0):
+            raise ValueError("this batch holds input embeddings: add_embedding(s)" if self.embd else
+                             "this batch holds token ids: add_token/add_sequence/set_batch (embd=0)")
+        if not 1 <= len(seq_ids) <= self.n_seq_max:
+            raise ValueError(f"a row belongs to 1 to n_seq_max={self.n_seq_max} sequences, not {len(seq_ids)}")
+        self._check_room(1)
+        if embedding is not None:
+            if len(embedding) != self.embd:
+                raise ValueError(f"an embedding row has embd={self.embd} floats, not {len(embedding)}")
+            ctypes.memmove(ctypes.addressof(b.embd.contents) + 4 * row * self.embd,
+                           (ctypes.c_float * self.embd)(*embedding), 4 * self.embd)
+        else:
+            b.token[row] = token
+        b.pos[row], b.n_seq_id[row], b.logits[row] = pos, len(seq_ids), logits
+        for i, seq_id in enumerate(seq_ids):
+            b.seq_id[row][i] = seq_id
+        b.n_tokens = row + 1
 
 
 class LlamaSampler(_Owner):

@@ -57,7 +57,7 @@ from ctypes import (  # noqa: F401  (llama-cpp-python's examples spell these as 
     pointer,
     sizeof,
 )
-from typing import Any, NewType
+from typing import Any, NewType, Sequence
 
 from llama_cpp_native import ENUMS as _ENUMS
 from llama_cpp_native import ffi, lib
@@ -161,6 +161,35 @@ def llama_apply_adapter_cvec(ctx: int, data: Any, len: int, n_embd: int, il_star
     return _RAW["llama_set_adapter_cvec"](ctx, data, len, n_embd, il_start, il_end)
 
 
+def ctypes_function_for_shared_library(lib: Any) -> Any:
+    """llama-cpp-python's decorator factory for binding a function of a ``ctypes.CDLL`` by hand (a library of
+    one's own, or a symbol this module does not bind): ``@ctypes_function_for_shared_library(cdll)(name,
+    argtypes, restype)`` over a stub gives the library's function with those types.  ``name`` may be a list
+    of aliases, the first the library has wins; a missing one raises AttributeError, or with
+    ``required=False`` gives a stub that raises RuntimeError when called; ``enabled=False`` keeps the stub."""
+    def bind(name: str | Sequence[str], argtypes: list[Any], restype: Any, enabled: bool = True,
+             required: bool = True) -> Any:
+        names = [name] if isinstance(name, str) else list(name)
+
+        def decorate(stub: Any) -> Any:
+            if not enabled:
+                return stub
+            for alias in names:
+                fn = getattr(lib, alias, None)
+                if fn is not None:
+                    fn.argtypes, fn.restype = argtypes, restype
+                    return fn
+            if required:
+                raise AttributeError(f"{lib!r} has none of {names}")
+
+            @_functools.wraps(stub)
+            def missing(*_args: Any, **_kwargs: Any) -> Any:
+                raise RuntimeError(f"{names[0]} is not in {lib!r}")
+            return missing
+        return decorate
+    return bind
+
+
 # -- enums and constants -------------------------------------------------------------------------
 def _make_enum(name: str, members: list[str]) -> type[_enum.IntEnum]:
     values = {member: int(getattr(lib, member)) for member in members if hasattr(lib, member)}
@@ -195,6 +224,7 @@ __all__ = [
     *_CTYPES_ALIASES,
     "LLAMA_MAX_DEVICES",
     "LLAMA_MAX_SEQ",
+    "ctypes_function_for_shared_library",
     "ffi",
     "llama_apply_adapter_cvec",
     "llama_set_adapter_lora",
