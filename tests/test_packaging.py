@@ -174,7 +174,9 @@ def test_pip_resolves_the_extras_and_hands_cmake_args_to_the_native_build(tmp_pa
     installs = {item["metadata"]["name"]: item for item in json.loads(report.read_text())["install"]}
     umbrella = installs["llama-cpp-python"]
     assert umbrella["metadata"]["version"] == package_version()
-    assert set(umbrella["requested_extras"]) == {"server", "all"}
+    # pip reports the extras of its last request for a name (pip 23, a fresh venv's) or all of them (26):
+    # what [all] adds is checked by what was resolved, below
+    assert set(umbrella["requested_extras"]) & {"server", "all"}
     assert {"server", "all", "test"} <= set(umbrella["metadata"]["provides_extra"])
     # [all] is the server and the test tools; the server's dependencies are there
     assert {"llama-cpp-server", "fastapi", "uvicorn", "pydantic-settings", "pytest", "openai"} <= set(installs)

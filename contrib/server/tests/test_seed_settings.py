@@ -214,6 +214,10 @@ def test_a_glob_matching_two_files_is_refused_and_the_projector_comes_from_the_s
                                            "mmproj-tiny-f16.gguf": b"GGUF projector"})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    # huggingface_hub reads the cache folder once, at import: after another test imported it, only its
+    # constant says where the cache is
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     server = ServerSettings()
     with pytest.raises(ValueError, match="2 files of tiny-org/tiny-chat-GGUF match"):
         load_llama(ModelSettings(hf_model_repo_id=REPO_ID, model="tiny-*.gguf"), server)
