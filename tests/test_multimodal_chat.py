@@ -133,11 +133,24 @@ def test_requests_with_images_run_concurrently_each_in_its_sequence(
         alone = [greedy_chat(llm, ask) for ask in asks]
         llm.reset()
         together: list[list[int] | None] = [None] * 3
-        barrier = threading.Barrier(3)
+        # no request may finish before all three generate: on a loaded machine one could otherwise end
+        # before the next arrives, which would then take its sequence over.  Each stream is held after its
+        # first text (its request is generating in its sequence) until the three are; a held stream's request
+        # cannot finish meanwhile, since at most read_ahead (8) of its N_PREDICT (10) tokens wait unread.
+        in_flight = threading.Barrier(3, timeout=120)
 
         def run(i: int) -> None:
-            barrier.wait()
-            together[i] = greedy_chat(llm, asks[i])
+            seen: list[int] = []
+            stream = llm.create_chat_completion(
+                messages=asks[i], max_tokens=N_PREDICT, temperature=0.0, ignore_eos=True, stream=True,
+                stopping_criteria=lambda ids, _logits: seen.append(int(ids[-1])) is not None)
+            for chunk in stream:
+                if chunk["choices"][0]["delta"].get("content") or chunk["choices"][0]["finish_reason"]:
+                    break  # generating now
+            in_flight.wait()
+            for _chunk in stream:
+                pass
+            together[i] = seen
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
         for t in threads:
