@@ -97,8 +97,16 @@ def test_pointer_arguments_take_ctypes_arrays_buffers_byref_and_none(tiny_model_
         assert C.llama_model_chat_template(llm.model, None) is None  # NULL name: the default; this model has none
         state = C.llama_state_get_size(llm.ctx)
         assert state > 0
-        n_past = C.llama_pos(5)
-        assert ctypes.byref(n_past) is not None  # byref builds a pointer argument without a copy
+    # byref: a sampler applied to a ctypes llama_token_data_array writes its choice back into it
+    data = (C.llama_token_data * 3)(C.llama_token_data(0, 0.5, 0.0), C.llama_token_data(1, 2.5, 0.0),
+                                    C.llama_token_data(2, 1.0, 0.0))
+    candidates = C.llama_token_data_array(data, 3, -1, False)
+    greedy = C.llama_sampler_init_greedy()
+    try:
+        C.llama_sampler_apply(greedy, ctypes.byref(candidates))
+    finally:
+        C.llama_sampler_free(greedy)
+    assert candidates.data[candidates.selected].id == 1
 
 
 def test_the_ctypes_bindings_names_and_types() -> None:

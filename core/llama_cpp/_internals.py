@@ -14,6 +14,7 @@ contexts made from it, since a context must not outlive its model.
 
 from __future__ import annotations
 
+import abc
 import ctypes
 import os
 from typing import Any, Sequence
@@ -40,13 +41,14 @@ def _text(call: Any, *args: Any) -> str:
         size = needed + 1
 
 
-class _Owner:
+class _Owner(abc.ABC):
     """One native pointer in ``self.<_field>``, freed by ``_free`` once, then ``None``."""
 
     _field = ""
 
+    @abc.abstractmethod
     def _free(self, handle: Any) -> None:
-        raise NotImplementedError
+        """Free ``handle`` (each owner's own llama.cpp call)."""
 
     def close(self) -> None:
         handle = getattr(self, self._field, None)
