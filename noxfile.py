@@ -52,7 +52,7 @@ def tests(session: nox.Session) -> None:
     # pip did not fetch the reference instead). pip rebuilds the umbrella's path dependencies on the way,
     # so the same rule as for the project's own install applies: no wheel cache.
     session.install(_FRESH, "llama-index-llms-llama-cpp")
-    session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative")
+    session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative", "./contrib/example_policy")
     _ensure_chromium(session)
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs, env=_ONE_COMPUTE_THREAD)

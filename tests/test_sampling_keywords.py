@@ -20,11 +20,13 @@ from llama_cpp.sampling import SAMPLING_ALIASES, SAMPLING_FIELDS, SAMPLING_KEYWO
 # what each method takes besides the sampling keywords
 OTHER_KEYWORDS = {
     "create_completion": {"self", "prompt", "suffix", "max_tokens", "logprobs", "echo", "stop", "stream", "model", "n",
-                          "logits_processor", "stopping_criteria", "active_loras", "control_vector"},
+                          "logits_processor", "stopping_criteria", "active_loras", "control_vector",
+                          "priority", "tenant"},
     "create_chat_completion": {"self", "messages", "functions", "function_call", "tools", "tool_choice", "stream",
                                "stop", "response_format", "max_tokens", "model", "logprobs", "top_logprobs",
                                "assistant_prefill", "add_generation_prompt", "chat_template_kwargs",
-                               "logits_processor", "stopping_criteria", "active_loras", "control_vector"},
+                               "logits_processor", "stopping_criteria", "active_loras", "control_vector",
+                          "priority", "tenant"},
     "generate": {"self", "tokens", "reset", "logits_processor", "stopping_criteria", "active_loras",
                  "control_vector"},
     "sample": {"self", "logits_processor", "idx"},

@@ -89,7 +89,8 @@ def _write(pieces: Iterable[str]) -> str:
 
 
 def _cmd_plugins(_: argparse.Namespace) -> int:
-    from .plugins import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine, get_host
+    from .plugins import get_host
+    from .plugins.records import RECORD_TYPES
 
     host = get_host()
     infos = host.infos()
@@ -98,7 +99,7 @@ def _cmd_plugins(_: argparse.Namespace) -> int:
     for info in infos:
         status = f"FAILED: {info.error}" if info.error else "ok"
         print(f"{info.name:20} {info.distribution} {info.version}  ({info.module})  {status}")
-    for kind in (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy):
+    for kind in RECORD_TYPES:
         try:
             records = host.records(kind)
         except ValueError as exc:

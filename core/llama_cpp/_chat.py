@@ -18,6 +18,7 @@ from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, cha
 from .chat_messages import normalize_messages
 from .plugins import MultimodalHandler, get_host
 from .engine.normalize import check_tools
+from .engine.policy import tagged
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class ChatAPI:
         stopping_criteria: Callable[..., bool] | None = None,
         active_loras: list[dict[str, Any]] | None = None,
         control_vector: dict[str, Any] | None = None,
+        priority: int | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """A chat completion in the OpenAI shape (chat.completion, or chunks with ``stream``).
 
@@ -154,7 +157,9 @@ class ChatAPI:
         left out, except the few every handler of the seed takes, so that a
         custom handler with a narrow signature keeps working.  ``messages`` may come in any shape OpenAI's
         clients send (content null with tool_calls, lists of text parts, ``developer``...); the handler gets
-        them in one (:func:`llama_cpp.chat_messages.normalize_messages`).
+        them in one (:func:`llama_cpp.chat_messages.normalize_messages`).  ``priority`` and ``tenant``
+        reach the scheduling policy through :func:`llama_cpp.engine.policy.tagged`, not the handler: every
+        request the handler makes during the call carries them.
         """
         messages = normalize_messages(messages)
         check_tools(tools, functions)
@@ -173,7 +178,8 @@ class ChatAPI:
         request.update((k, v) for k, v in (("logits_processor", logits_processor), ("stopping_criteria",
                        stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector))
                        if v is not None)
-        return handler(llama=self, messages=messages, **request)
+        with tagged(priority, tenant):
+            return handler(llama=self, messages=messages, **request)
 
     def create_chat_completion_openai_v1(self: Llama, *args: Any, **kwargs: Any) -> Any:
         """``create_chat_completion`` returning the openai package's typed objects."""

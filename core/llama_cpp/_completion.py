@@ -19,6 +19,7 @@ from llama_cpp_native import lib
 from ._text import StopScanner
 from .engine import Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
+from .engine.policy import check_priority, check_tenant, current_tags
 from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
 from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
@@ -192,6 +193,8 @@ class CompletionAPI:
         samplers: Sequence[str] | None = None,
         extra_samplers: Sequence[str] = (),
         extra: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        tenant: str | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """Complete ``prompt`` in the OpenAI text_completion shape (a chunk iterator with ``stream``).
 
@@ -207,6 +210,11 @@ class CompletionAPI:
         ``j`` of prompt ``i``.  The choices of one prompt share its evaluated
         prompt; choice ``j`` samples with ``seed + j``.  Several sequences run
         at once up to the ``n_seq_max`` of the Llama; the others wait.
+
+        ``priority`` (lower runs sooner) and ``tenant`` are what the Llama's
+        scheduling policy orders requests by (docs/scheduling.md); None takes
+        those of an enclosing :func:`llama_cpp.engine.policy.tagged` block, else
+        0 and ``""``.
         """
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= self.n_vocab()):
@@ -215,6 +223,9 @@ class CompletionAPI:
         if echo and logprobs is not None and isinstance(prompt, MediaPrompt):
             raise ValueError("echo with logprobs needs a prompt of tokens; media chunks have no token logprobs")
         params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))
+        tags = current_tags()
+        priority = check_priority(priority if priority is not None else tags.priority or 0)
+        tenant = check_tenant(tenant if tenant is not None else tags.tenant or "")
         adapters = self._adapter_request(active_loras, control_vector)
         prompts = prompt_list(prompt)
         n = choice_count(n)
@@ -231,7 +242,7 @@ class CompletionAPI:
                     item.tokens, attrs.evolve(params, seed=seed_j), adapters, max_tokens=budget,
                     logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
                     keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
-                    media=item.media.media if item.media is not None else {})
+                    media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant)
                 leader = leader or request
                 choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
         n_prompt = sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is

@@ -12,6 +12,8 @@ and a whole instance can be described in a dict or a TOML file::
     n_ctx = 2048
     [cache]
     strategy = "ram"
+    [scheduling]
+    policy = "fair-share"
 
     Llama.from_config("llama.toml")
 """
@@ -22,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .plugins import CacheStrategy, SpeculativeEngine, get_host
+from .engine.policy import Policy
+from .plugins import CacheStrategy, SchedulingPolicy, SpeculativeEngine, get_host
 from .sampling import SAMPLING_KEYWORDS
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ _CONSTRUCTOR_KEYWORDS = frozenset({"seed"})  # a sampling keyword that is also o
 CAPABILITIES: dict[str, tuple[type, str]] = {
     "cache": (CacheStrategy, "strategy"),
     "speculative": (SpeculativeEngine, "engine"),
+    "scheduling": (SchedulingPolicy, "policy"),
 }
 
 
@@ -53,6 +57,16 @@ def resolve(kind: str, value: Any) -> Any:
         raise ValueError(f"{kind}={value!r} must name a plugin with the key {name_key!r}")
     record = get_host().choose(record_type, name)
     return record.factory(**options)
+
+
+def scheduling_policy(value: Any) -> Policy | None:
+    """``Llama(scheduling=...)``: a Policy, or a dict naming a policy plugin (``{"policy": "priority", ...}``);
+    None for the engine's default (first come, first served)."""
+    policy = resolve("scheduling", value)
+    if policy is not None and not isinstance(policy, Policy):
+        raise ValueError(f"scheduling={value!r} must be a llama_cpp.engine.policy.Policy or a dict naming a "
+                         f"scheduling policy ({{'policy': 'priority', ...}}), got {type(policy).__name__}")
+    return policy
 
 
 def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from .engine.checkpoints import Checkpoint, HybridCheckpointCache
 from .engine.ledger import common_prefix
 from .engine.model import learned_positions
 from .engine.origin import state_origin
+from .engine.policy import Policy
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
 from .engine.sampler import chain_context
 from .engine.scheduler import Slot
@@ -187,6 +188,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         chat_handler_kwargs: dict[str, Any] | None = None,
         cache: Any = None,
         speculative: Any = None,
+        scheduling: Any = None,
         draft_model: Any = None,
         spm_infill: bool = False,
         verbose: bool = True,
@@ -284,6 +286,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         self.chat_handler = chat_handler
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         cache = _compose.resolve("cache", cache)
+        policy = _compose.scheduling_policy(scheduling)
 
         cparams = lib.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -364,7 +367,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
                 "on_device": self.checkpoint_on_device, "verbose": verbose}
             self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
                                         logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
-                                        step=self._spec_step, checkpoints=checkpoints)
+                                        step=self._spec_step, checkpoints=checkpoints, policy=policy)
         self.set_cache(cache)
         self.metadata = self._read_metadata()
         if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("tokenize", "detokenize")):
@@ -436,6 +439,11 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
     def speculative_engine(self) -> Any:
         """The speculative engine this Llama drafts with (None without speculation)."""
         return self._spec_step.engine if self._spec_step is not None else None
+
+    @property
+    def scheduling_policy(self) -> Policy | None:
+        """The policy that orders this Llama's requests (``scheduling=``; None for a vocab_only Llama)."""
+        return self._scheduler.policy if self._scheduler is not None else None
 
     def set_cache(self, cache: Any) -> None:
         """Attach a prompt cache (an object, or a dict naming a cache strategy plugin); None detaches.

@@ -18,7 +18,9 @@ import numpy as np
 
 from .._adapters import NO_ADAPTERS, AdapterKey
 from ..sampling import SamplingParams
+from .ledger import SequenceSnapshot
 from .media import MediaChunk
+from .policy import Ticket
 from .sampler import SequenceSampler
 
 
@@ -28,6 +30,15 @@ class TokenEvent(NamedTuple):
     token: int
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()
+
+
+class Suspended(NamedTuple):
+    """A request that gave its sequence up to a more urgent one: what it resumes from."""
+
+    snapshot: SequenceSnapshot  # its sequence's memory
+    state: str  # RequestState.PREFILL or RUNNING
+    pending: list[int]  # the tokens it was to decode next
+    prefill_at: int  # the next prompt token to evaluate
 
 
 class RequestState:
@@ -54,7 +65,8 @@ class Request:
     copies its evaluated prompt instead of evaluating it again.  ``media``
     holds the prompt's media chunks by the position they start at (the
     prompt has their entries there, :mod:`.media`); the scheduler evaluates
-    each one when the prefill reaches it.
+    each one when the prefill reaches it.  ``priority`` and ``tenant`` are
+    what a scheduling policy orders requests by (:mod:`.policy`).
     """
 
     prompt: list[int]
@@ -72,6 +84,8 @@ class Request:
     seq_hint: int | None = None
     fork_of: Request | None = None
     media: Mapping[int, MediaChunk] = attrs.field(factory=dict)
+    priority: int = 0
+    tenant: str = ""
     # filled in by the engine
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: str = RequestState.WAITING
@@ -88,6 +102,8 @@ class Request:
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
+    ticket: Ticket | None = None  # what the scheduling policy sees of it, from its submission on
+    suspended: Suspended | None = None  # set while it waits to resume after a preemption
 
     @property
     def finished(self) -> bool:

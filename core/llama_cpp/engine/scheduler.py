@@ -1,9 +1,11 @@
 """The scheduler: many requests, one context, one ``llama_decode`` per tick.
 
-Requests wait in arrival order for a free sequence (a *slot*: a ``seq_id``
-below ``n_seq_max`` with its ledger).  Each tick the scheduler retires
-cancelled requests, admits waiting ones (into the free slot whose ledger
-shares the longest prefix with the prompt), packs the pending tokens of every
+Requests wait for a free sequence (a *slot*: a ``seq_id`` below
+``n_seq_max`` with its ledger); the scheduling policy (:mod:`.policy`;
+first come, first served by default) says which takes a free one, and
+which running request gives its sequence up to a more urgent one.  Each
+tick the scheduler retires cancelled requests, admits waiting ones (into
+the free slot whose ledger shares the longest prefix with the prompt), packs the pending tokens of every
 running sequence and then prompt chunks into one batch, decodes it, and
 samples every sequence from its own logits row.  Sequences whose adapters
 differ are never in the same batch: adapters are set on the whole context,
@@ -25,20 +27,22 @@ import contextlib
 import functools
 import threading
 import time
+import warnings
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from llama_cpp_native import lib
 
-from .._adapters import Adapters
+from .._adapters import NO_ADAPTERS, Adapters
 from .context import DECODE_ABORTED, Context
 from .scope import current_scope
 from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
 from .media import media_entries, next_chunk, text_only
 from .model import Model
-from .request import Request, RequestState, TokenEvent
+from .policy import Policy, Ticket
+from .request import Request, RequestState, Suspended, TokenEvent
 from .sampler import SequenceSampler, chain_context, token_logprob
 from .step import DecodedBatch, PlainStep, Sampled, Step
 
@@ -74,7 +78,8 @@ class Scheduler:
     """Serves requests from any number of threads in one context (see the module's docstring)."""
 
     def __init__(self, model: Model, ctx: Context, adapters: Adapters, *, n_keep: int, logits_all: bool,
-                 max_outputs: int = 0, step: Step | None = None, checkpoints: bool | dict[str, Any] = False) -> None:
+                 max_outputs: int = 0, step: Step | None = None, checkpoints: bool | dict[str, Any] = False,
+                 policy: Policy | None = None) -> None:
         self.model = model
         self.max_outputs = max_outputs or ctx.n_batch  # logits rows one decode may ask for (n_outputs_max)
         self.ctx = ctx
@@ -94,6 +99,8 @@ class Scheduler:
             options = checkpoints if isinstance(checkpoints, dict) else {}
             self.checkpoints = HybridCheckpointCache(ctx, ledgers=[s.ledger for s in self.slots], **options)
         self.waiting: collections.deque[Request] = collections.deque()
+        self.policy = policy or Policy()
+        self._arrivals = 0  # tickets given out
         self.current = self.slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
         # re-entrant: a stream that the garbage collector finalizes inside our own critical section
         # cancels itself through this lock
@@ -116,6 +123,7 @@ class Scheduler:
         self.n_prompt_tokens = 0  # prompt tokens evaluated (not reused from a prefix or a fork)
         self.n_generated_tokens = 0  # tokens handed to requests
         self.n_media_evaluated = 0  # media chunks put into memory (not reused from a prefix)
+        self.n_preemptions = 0  # running requests suspended for more urgent ones (each resumes later)
         self.seconds_prompt = 0.0  # from admission to the first token, summed over finished requests
         self.seconds_generating = 0.0  # from the first token to the end, summed over finished requests
 
@@ -152,6 +160,8 @@ class Scheduler:
                         "generation this thread started and has not finished (a stream or generator still open): "
                         "the call would wait for itself forever. Finish or close() that stream first, or create "
                         "the Llama with a larger n_seq_max")
+                request.ticket = Ticket(self._arrivals, request.priority, request.tenant, len(request.prompt))
+                self._arrivals += 1
                 self.waiting.append(request)
                 self._bump()
         except BaseException:
@@ -348,6 +358,8 @@ class Scheduler:
             request = slot.request
             if request is None or request.cancelled:
                 continue
+            if request.ticket is not None:
+                request.ticket.n_decoded += len(fed)
             if not prefill:
                 outcomes.append((slot, self._advance(slot, fed, fed_rows)))
                 continue
@@ -671,6 +683,8 @@ class Scheduler:
             self.seconds_generating += end - first
         if not self._plain and request is not None:
             self.step.end(slot.seq_id, request.n_generated)
+        if request is not None:
+            self._policy_finished(request)
         if self.cache is not None and request is not None and request.max_tokens > 0 and \
                 request.finish_reason != "error":  # (a stop string cancels: "abort", memory still consistent)
             self._store(slot)
@@ -686,21 +700,138 @@ class Scheduler:
             self._release(fork)
 
     def _admit(self) -> None:
-        """Give waiting requests free slots, in arrival order (mutex held)."""
-        while self.waiting:
-            request = self.waiting[0]
-            if request.cancelled or request.state == RequestState.DONE:
-                self.waiting.popleft()
-                request.close_sampler()
+        """Give waiting requests free slots in the policy's order, and suspend running ones where the
+        policy makes room for more urgent ones (mutex held)."""
+        waiting = self.waiting
+        if any(r.cancelled or r.state == RequestState.DONE for r in waiting):
+            for request in waiting:
+                if request.cancelled or request.state == RequestState.DONE:
+                    request.close_sampler()
+                    self._policy_finished(request)
+            live = [r for r in waiting if not (r.cancelled or r.state == RequestState.DONE)]
+            waiting.clear()
+            waiting.extend(live)
+        fresh: set[int] = set()  # arrivals admitted in this round: never suspended in it
+        suspended = 0
+        while waiting:
+            running = [s.request.ticket for s in self.slots if s.request is not None and s.request.ticket is not None]
+            if any(s.request is None for s in self.slots):
+                chosen = self._ask_policy("select", running)
+                if chosen is None:
+                    return
+                slot = self._choose_slot(chosen)
+                if slot is None:  # a request that continues its sequence waits for that one
+                    return
+                waiting.remove(chosen)
+                for other in waiting:
+                    other.ticket.passed_over += 1  # type: ignore[union-attr]
+                fresh.add(chosen.ticket.arrival)  # type: ignore[union-attr]
+                try:
+                    self._start(slot, chosen)
+                except Exception as exc:  # noqa: BLE001 - the request's own failure: it ends, the slot is free
+                    self._abandon_start(slot, chosen, exc)
+                    continue
+                self._policy_admitted(slot)
                 continue
-            slot = self._choose_slot(request)
-            if slot is None:
+            if suspended >= len(self.slots):
                 return
-            self.waiting.popleft()
-            try:
-                self._start(slot, request)
-            except Exception as exc:  # noqa: BLE001 - the request's own failure: it ends, the slot is free
-                self._abandon_start(slot, request, exc)
+            for slot in self.slots:
+                if slot.request is not None and slot.request.ticket is not None:
+                    slot.request.ticket.preemptible = self._preemptible(slot, fresh)
+            victim = self._ask_policy("preempt", running)
+            if victim is None:
+                return
+            self._suspend(next(s for s in self.slots if s.request is victim))
+            suspended += 1
+
+    def _ask_policy(self, question: str, running: list[Ticket]) -> Request | None:
+        """The waiting request the policy ``select``-s, or the running one it would ``preempt`` (None: no
+        answer).  A policy that fails, or answers with a ticket it was not offered, ends the waiting
+        requests it was deciding about (mutex held)."""
+        waiting = {r.ticket: r for r in self.waiting}
+        policy = self.policy
+        try:
+            if question == "select":
+                answer = policy.select(list(waiting), running)
+                offered: dict[Any, Request] = waiting
+            else:
+                answer = policy.preempt(list(waiting), running)
+                offered = {s.request.ticket: s.request for s in self.slots
+                           if s.request is not None and s.request.ticket is not None and s.request.ticket.preemptible}
+            if answer is None:
+                return None
+            if answer not in offered:
+                raise ValueError(f"{question}() returned {answer!r}, which is not one of the "
+                                 f"{'waiting' if question == 'select' else 'preemptible running'} tickets offered")
+            return offered[answer]
+        except Exception as exc:  # noqa: BLE001 - the policy's failure ends the requests it was deciding about
+            error = RuntimeError(f"the scheduling policy {getattr(policy, 'name', type(policy).__name__)!r} "
+                                 f"failed in {question}(): {exc}")
+            error.__cause__ = exc
+            for request in self.waiting:
+                request.finish("error", error)
+                request.close_sampler()
+                self._policy_finished(request)
+            self.waiting.clear()
+            return None
+
+    def _policy_admitted(self, slot: Slot) -> None:
+        """Tell the policy a request took ``slot``; if the policy fails, that request ends with the error."""
+        request = slot.request
+        if request is None or request.ticket is None:
+            return
+        try:
+            self.policy.admitted(request.ticket)
+        except Exception as exc:  # noqa: BLE001
+            request.finish("error", RuntimeError(f"the scheduling policy failed in admitted(): {exc}"))
+            self._release(slot)
+
+    def _policy_finished(self, request: Request) -> None:
+        ticket, request.ticket = request.ticket, None  # told once, whichever way the request ends
+        if ticket is None:
+            return
+        try:
+            self.policy.finished(ticket)
+        except Exception as exc:  # noqa: BLE001 - the request is over already: nothing else to end
+            warnings.warn(f"the scheduling policy failed in finished(): {exc}", RuntimeWarning, stacklevel=2)
+
+    def _preemptible(self, slot: Slot, fresh: set[int]) -> bool:
+        """Whether ``slot``'s request can be suspended now (see :class:`.policy.Ticket`)."""
+        request = slot.request
+        return (request is not None and self._plain and not self.logits_all and not request.continues
+                and not slot.forks and request.max_tokens > 0 and request.fork_of is None
+                and request.state in (RequestState.PREFILL, RequestState.RUNNING)
+                and request.ticket is not None and request.ticket.arrival not in fresh)
+
+    def _suspend(self, slot: Slot) -> None:
+        """Preempt ``slot``'s request: snapshot its sequence, free the slot, queue the request to resume
+        where it stopped (its sampler, pending tokens and prompt position kept; mutex held)."""
+        request = slot.request
+        assert request is not None and request.ticket is not None
+        request.suspended = Suspended(slot.ledger.snapshot(self.ctx), request.state, slot.pending,
+                                      slot.prefill_at)
+        request.sampler, slot.sampler = slot.sampler, None
+        request.state = RequestState.WAITING
+        request.ticket.preemptions += 1
+        slot.request = None
+        slot.pending = []
+        self.n_preemptions += 1
+        self.waiting.append(request)
+        self._dirty = True
+
+    def _resume(self, slot: Slot, request: Request) -> None:
+        """Put a suspended request back: its memory (unless the slot still holds it), its place."""
+        suspended = request.suspended
+        assert suspended is not None
+        request.suspended = None
+        snapshot, ledger = suspended.snapshot, slot.ledger
+        if len(ledger.tokens) != len(snapshot.tokens) or ledger.adapters != snapshot.adapters or \
+                tuple(ledger.tokens) != snapshot.tokens:
+            ledger.restore(self.ctx, snapshot)
+            self.memory_changed(slot)
+        request.state = suspended.state
+        slot.pending = suspended.pending
+        slot.prefill_at = suspended.prefill_at
 
     def _choose_slot(self, request: Request) -> Slot | None:
         """A free slot: the one that holds the longest prefix of the prompt, else the least recently used."""
@@ -709,18 +840,23 @@ class Scheduler:
             return None
         if request.continues:
             return free[0]
+        if request.suspended is not None:  # the slot that still holds its memory, if one does
+            held = request.suspended.snapshot
+            return max(free, key=lambda s: (s.ledger.reusable_prefix(held.tokens, held.adapters or NO_ADAPTERS),
+                                            -s.last_used))
         return max(free, key=lambda s: (s.ledger.reusable_prefix(request.prompt, request.adapter_key),
                                         -s.last_used))
 
     def _start(self, slot: Slot, request: Request) -> None:
         """Put ``request`` into ``slot``: reuse what the sequence holds, take over its sampler (mutex held)."""
         request.seq_id = slot.seq_id
-        request.started = time.perf_counter()
         slot.request = request
         slot.pending = []
         self.current = slot
         leader = self._leader_of(request)
-        if leader is not None and leader.request.state == RequestState.PREFILL:  # type: ignore[union-attr]
+        if request.suspended is not None:
+            self._resume(slot, request)
+        elif leader is not None and leader.request.state == RequestState.PREFILL:  # type: ignore[union-attr]
             request.state = RequestState.FORKED  # copies the leader's prompt once it is evaluated
             leader.forks.append(slot)
         elif request.continues:
@@ -729,6 +865,8 @@ class Scheduler:
         else:
             request.state = RequestState.PREFILL
             slot.prefill_at = self._reuse_prefix(slot, request, leader)
+        if not request.started:
+            request.started = time.perf_counter()
         slot.sampler, request.sampler = request.sampler, None  # the slot owns it from now on
 
     def _abandon_start(self, slot: Slot, request: Request, error: Exception) -> None:
@@ -742,6 +880,7 @@ class Scheduler:
         self.memory_changed(slot)
         request.finish("error", error)
         request.close_sampler()
+        self._policy_finished(request)
         slot.request = None
         slot.pending = []
         self._dirty = True

@@ -2,7 +2,7 @@
 
 from .hookspecs import hookimpl, hookspec
 from .host import PluginHost, PluginInfo, get_host, seed_exports
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
+from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
 
 __all__ = [
     "CacheStrategy",
@@ -11,6 +11,7 @@ __all__ = [
     "PluginHost",
     "PluginInfo",
     "SamplerStage",
+    "SchedulingPolicy",
     "SpeculativeEngine",
     "get_host",
     "hookimpl",

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 import pluggy
 
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
+from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
 
 PROJECT = "llama_cpp"
 
@@ -131,4 +131,28 @@ def llama_cpp_cache_strategies() -> Iterable[CacheStrategy]:
         @llama_cpp.hookimpl
         def llama_cpp_cache_strategies():
             return [CacheStrategy(name="my-cache", factory=MyCache)]
+    """
+
+
+@hookspec
+def llama_cpp_scheduling_policies() -> Iterable[SchedulingPolicy]:
+    """Scheduling policies, chosen with ``Llama(scheduling={"policy": name, **options})``.
+
+    The factory is called with the options and returns a
+    :class:`llama_cpp.engine.policy.Policy`: whenever admission is due it
+    ``select``-s the waiting ticket that takes a free sequence, and when none
+    is free it may name a running ticket to ``preempt`` (the engine snapshots
+    that sequence and resumes it later, unchanged; docs/scheduling.md).
+
+    Example::
+
+        class ShortestPromptFirst(Policy):
+            name = "shortest-prompt-first"
+
+            def select(self, waiting, running):
+                return min(waiting, key=lambda t: (t.n_prompt, t.arrival))
+
+        @llama_cpp.hookimpl
+        def llama_cpp_scheduling_policies():
+            return [SchedulingPolicy(name="shortest-prompt-first", factory=ShortestPromptFirst)]
     """

@@ -25,7 +25,7 @@ import attrs
 import pluggy
 
 from . import hookspecs
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SpeculativeEngine
+from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
 
 GROUP = hookspecs.PROJECT
 DISABLE_ENV = "LLAMA_CPP_DISABLE_PLUGIN_AUTOLOAD"
@@ -40,6 +40,7 @@ _KINDS: dict[type, tuple[str, str]] = {
     MultimodalHandler: ("llama_cpp_multimodal_handlers", "multimodal handler"),
     SpeculativeEngine: ("llama_cpp_speculative_engines", "speculative engine"),
     CacheStrategy: ("llama_cpp_cache_strategies", "cache strategy"),
+    SchedulingPolicy: ("llama_cpp_scheduling_policies", "scheduling policy"),
 }
 
 

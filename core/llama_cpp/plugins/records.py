@@ -76,4 +76,14 @@ class CacheStrategy:
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy)
+@attrs.frozen
+class SchedulingPolicy:
+    """A scheduling policy: ``factory(**options)`` returns a :class:`llama_cpp.engine.policy.Policy`
+    (which waiting request takes a free sequence, which running one is preempted)."""
+
+    name: str = attrs.field(validator=_valid_name)
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy, SchedulingPolicy)
