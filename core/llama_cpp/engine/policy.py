@@ -92,7 +92,8 @@ class Tags(NamedTuple):
     tenant: str | None = None
 
 
-_tags: contextvars.ContextVar[Tags] = contextvars.ContextVar("llama_cpp_scheduling_tags", default=Tags())
+_UNTAGGED = Tags()
+_tags: contextvars.ContextVar[Tags] = contextvars.ContextVar("llama_cpp_scheduling_tags", default=_UNTAGGED)
 
 
 @contextlib.contextmanager
