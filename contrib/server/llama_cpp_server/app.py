@@ -24,7 +24,7 @@ from llama_cpp.engine import RequestScope
 
 from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
-from .guards import BodyLimit, require_api_key
+from .guards import BodyLimit, request_tenant, require_api_key
 from .metrics import render_metrics
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def generate(body: CompletionRequest | ChatRequest, request: Request,
-                       arguments: Callable[[Any, Any, str], Any],
+                       arguments: Callable[[Any, Any, str, str], Any],
                        streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any]) -> Any:
         """A completions or chat request: admitted on its model, its library keywords made on a worker
         thread (a grammar is checked there, off the event loop; a bad value releases the model at once),
@@ -128,7 +128,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            prepared = await run_in_threadpool(arguments, body, llm, lease.served.name)
+            prepared = await run_in_threadpool(arguments, body, llm, lease.served.name,
+                                               request_tenant(request, body.user))
         except BaseException:
             lease.release()
             raise

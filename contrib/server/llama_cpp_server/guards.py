@@ -23,8 +23,21 @@ _BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="`Autho
 _X_API_KEY = APIKeyHeader(name="X-Api-Key", auto_error=False, scheme_name="apiKey", description="`X-Api-Key: <key>`")
 
 
+def key_tenant(index: int) -> str:
+    """The tenant of the ``index``-th API key (0-based) for the scheduling policy: ``key-1``, ``key-2``...
+    (named by position, so that neither a key nor a part of it reaches logs, metrics or a policy)."""
+    return f"key-{index + 1}"
+
+
+def request_tenant(request: Request, user: str | None) -> str:
+    """Whom a request is served for: its API key's tenant, or with no keys configured the body's ``user``
+    (a client that holds a key cannot choose another tenant)."""
+    return getattr(request.state, "tenant", None) or user or ""
+
+
 def require_api_key(keys: list[str]) -> Callable[..., Any]:
-    """A FastAPI dependency: 401 unless the request carries one of ``keys`` (no keys: everything passes).
+    """A FastAPI dependency: 401 unless the request carries one of ``keys`` (no keys: everything passes);
+    a request let through with a key carries its tenant (:func:`key_tenant`) in ``request.state``.
     With keys, it declares the two ways as security schemes, for the OpenAPI schema (they read the headers
     and refuse nothing: the check below decides)."""
     encoded = [k.encode("utf-8") for k in keys]
@@ -38,9 +51,11 @@ def require_api_key(keys: list[str]) -> Callable[..., Any]:
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
         candidate = given.encode("utf-8")
-        if not given or not any(hmac.compare_digest(candidate, key) for key in encoded):
+        matches = [hmac.compare_digest(candidate, key) for key in encoded]  # each compared: no early exit
+        if not given or not any(matches):
             raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key'",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        request.state.tenant = key_tenant(matches.index(True))
 
     return check
 

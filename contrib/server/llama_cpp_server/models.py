@@ -36,7 +36,7 @@ log = logging.getLogger("llama_cpp_server")
 NOT_PASSED = frozenset({
     "model", "model_alias", "hf_repo", "hf_file", "hf_model_repo_id", "mmproj_path", "clip_model_path",
     "chat_format", "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "cache", "cache_type",
-    "cache_size", "embedding", "flash_attn", "draft_model", "draft_model_num_pred_tokens",
+    "cache_size", "embedding", "flash_attn", "draft_model", "draft_model_num_pred_tokens", "scheduling_policy",
 })
 PASSED = tuple(name for name in ModelSettings.model_fields if name not in NOT_PASSED)
 

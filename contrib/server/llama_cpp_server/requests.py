@@ -43,9 +43,10 @@ def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:
     return kwargs
 
 
-def completion_arguments(body: CompletionRequest, llm: Any, model: str) -> dict[str, Any]:
+def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: str) -> dict[str, Any]:
     """``create_completion``'s keywords for a /v1/completions body (``stream`` is the caller's); ``model`` is
-    the served model's name, the responses' ``model`` (the library's default is the file's path)."""
+    the served model's name, the responses' ``model`` (the library's default is the file's path);
+    ``tenant`` whom the request is served for (the scheduling policy's)."""
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of must equal n here (every choice is returned)", param="best_of")
     if body.suffix is not None and not llm.supports_infill():
@@ -53,21 +54,23 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str) -> dict[
                        "a prompt and a suffix (use a code model with FIM tokens, or leave suffix out)", param="suffix")
     kwargs = _sampler_arguments(body, llm)
     kwargs.update(prompt=body.prompt, suffix=body.suffix, max_tokens=body.max_tokens or None, echo=body.echo,
-                  logprobs=body.logprobs, stop=body.stop, n=body.n, model=model)
+                  logprobs=body.logprobs, stop=body.stop, n=body.n, model=model, priority=body.priority,
+                  tenant=tenant)
     return kwargs
 
 
-def chat_arguments(body: ChatRequest, llm: Any, model: str) -> list[dict[str, Any]]:
+def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list[dict[str, Any]]:
     """``create_chat_completion``'s keywords for a /v1/chat/completions body, one set per choice (``n``):
-    choice ``j`` samples with ``seed + j``, as the completions of one prompt do; ``model`` as in
-    :func:`completion_arguments`."""
+    choice ``j`` samples with ``seed + j``, as the completions of one prompt do; ``model`` and ``tenant``
+    as in :func:`completion_arguments`."""
     kwargs = _sampler_arguments(body, llm)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     kwargs.update(messages=body.messages, functions=body.functions, function_call=body.function_call,
                   tools=body.tools, tool_choice=body.tool_choice, response_format=body.response_format,
                   logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
                   stop=body.stop, model=model, chat_template_kwargs=body.chat_template_kwargs,
-                  add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill)
+                  add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill,
+                  priority=body.priority, tenant=tenant)
     calls = [kwargs]
     seed = kwargs.get("seed")
     for j in range(1, body.n):

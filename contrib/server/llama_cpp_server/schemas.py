@@ -1,8 +1,8 @@
 """The request bodies, in OpenAI's shapes plus every sampler parameter the core has.
 
 Unknown fields are refused (422 naming the field), so a typo never becomes a silently ignored setting;
-the fields OpenAI's clients send that change nothing here (``user``, ``store``, ``metadata``...) are
-accepted.  Values are checked twice: types and plain bounds here, meaning by the library (a ``ValueError``
+the fields OpenAI's clients send that change nothing here (``store``, ``metadata``...) are accepted;
+``user`` names the tenant when the server has no API keys.  Values are checked twice: types and plain bounds here, meaning by the library (a ``ValueError``
 that becomes a 400 naming the parameter).
 """
 
@@ -75,7 +75,10 @@ class _Generation(SamplerFields):
     n: int = Field(1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = None
+    user: str | None = Field(None, max_length=256, description="the end user; with no API keys configured, the "
+                                                             "tenant a fair-share policy shares between")
+    priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1, description="lower runs sooner, with a priority "
+                                                                              "scheduling policy (vLLM's field)")
     store: bool | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None

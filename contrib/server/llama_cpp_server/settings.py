@@ -110,6 +110,13 @@ class ModelSettings(BaseModel):
                           "engine (speculative is the general setting)")
     draft_model_num_pred_tokens: int | None = Field(None, ge=1, description="tokens each draft proposes "
                                                                             "(draft_model; default 10)")
+    scheduling: dict[str, Any] | None = Field(None, description="a scheduling policy by name with its options, as "
+                                                                "Llama(scheduling={...}) takes it: {\"policy\": "
+                                                                "\"fair-share\", \"weights\": {\"key-1\": 2}}")
+    scheduling_policy: str | None = Field(None, description="which waiting request runs first: fcfs (default), "
+                                                            "priority (the request's 'priority' field), "
+                                                            "fair-share (between API keys, or 'user' without "
+                                                            "keys), or any installed policy")
 
     # -- Llama's other keywords, passed only when given ------------------------------------------------
     split_mode: int | None = _llama("how layers are split over GPUs (llama_split_mode)")
@@ -244,6 +251,12 @@ class ModelSettings(BaseModel):
             self.speculative = engine
         elif self.draft_model_num_pred_tokens is not None:
             raise ValueError("draft_model_num_pred_tokens goes with draft_model")
+        if self.scheduling_policy is not None:
+            named = (self.scheduling or {}).get("policy", self.scheduling_policy)
+            if named != self.scheduling_policy:
+                raise ValueError(f"scheduling_policy {self.scheduling_policy!r} and scheduling's policy {named!r} "
+                                 "disagree; use one")
+            self.scheduling = {**(self.scheduling or {}), "policy": self.scheduling_policy}
         return self
 
     @property
