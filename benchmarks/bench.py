@@ -19,8 +19,11 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     Then the model drafters on their tiny random-weight models (acceptance near 0: below 1x).
 (h) SmolLM2, time to first token of a 1500-token prompt: a prompt cache hit (RAM, and disk read by a
     fresh cache object, as a new process would) against evaluating it cold; the bar is 10x.
+(k) SmolLM2, the fair-share workload (three tenants sending 24, 4 and 4 streamed greedy requests of 64
+    tokens at once, n_seq_max=4): aggregate generation rate under fair-share against fcfs on the same
+    workload, both ours (fairness, preemption included, must not cost throughput; the bar is 0.95).
 
-Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise g, h, i).
+Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise g, h, i, k).
 """
 
 from __future__ import annotations
@@ -423,6 +426,54 @@ def model_drafters_on_random_weights() -> None:
         print(f"{name:26} {base:9.1f} {rate:9.1f} {rate / base:8.2f} {stats['accepted']:>4}/{stats['drafted']:<5}")
 
 
+FAIR_TENANTS, FAIR_GEN = (24, 4, 4), 64
+
+
+def tenant_workload_tps(llm: Llama) -> float:
+    """Every request of the fair-share workload started at once, each on its thread: generated tokens over
+    the time from the first start to the last end."""
+    llm.reset()
+    jobs = [(f"tenant-{t}", f"Request {i} of tenant {t}: write a story about the sea.")
+            for t, n in enumerate(FAIR_TENANTS) for i in range(n)]
+    ends: list[float] = []
+    barrier = threading.Barrier(len(jobs) + 1)
+
+    def run(tenant: str, prompt: str) -> None:
+        barrier.wait()
+        for _ in llm.create_completion(prompt, max_tokens=FAIR_GEN, temperature=0.0, ignore_eos=True,
+                                       stream=True, tenant=tenant):
+            pass
+        ends.append(time.perf_counter())
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return len(jobs) * FAIR_GEN / (max(ends) - start)
+
+
+def fair_share_case(smol: Path) -> None:
+    """(k): fair-share against fcfs on the same workload, interleaved rounds."""
+    rates: dict[str, list[float]] = {"fair-share": [], "fcfs": []}
+    llms = {name: Llama(str(smol), n_ctx=4096, n_seq_max=4, n_threads=THREADS, n_threads_batch=THREADS,
+                        verbose=False, scheduling={"policy": name}) for name in rates}
+    try:
+        for _ in range(ROUNDS):
+            for name, llm in llms.items():
+                rates[name].append(tenant_workload_tps(llm))
+        preemptions = llms["fair-share"].scheduler.n_preemptions
+    finally:
+        for llm in llms.values():
+            llm.close()
+    ratio = _paired_ratio(rates["fair-share"], rates["fcfs"])
+    print(f"{'(k) SmolLM2, tenants 24/4/4: fair-share vs fcfs':52} {_median(rates['fair-share']):9.1f} "
+          f"{_median(rates['fcfs']):9.1f} {ratio:6.3f} {0.95:5.2f} {'ok' if ratio >= 0.95 else 'LOW'}"
+          f"  ({preemptions} preemptions in {ROUNDS} rounds)")
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -506,7 +557,7 @@ def main() -> None:
         return
     tiny = _tiny_model()
     smol = smollm2_path(quiet=True)
-    alone = {"f": server_case, "i": speculative_case, "h": cache_case}  # nox -s bench -- <case>: that case alone
+    alone = {"f": server_case, "i": speculative_case, "h": cache_case, "k": fair_share_case}  # nox -s bench -- <case>: that case alone
     if len(sys.argv) == 2 and sys.argv[1] in alone:
         alone[sys.argv[1]](smol)
         return
@@ -573,6 +624,7 @@ def main() -> None:
     server_case(smol)
     cache_case(smol)
     speculative_case(smol)
+    fair_share_case(smol)
     embedding_case()
 
 

@@ -1,14 +1,17 @@
 """Weighted fair queuing between tenants.
 
-Each tenant's *usage* is the batch rows decoded for it (prompt and generated tokens: what it cost the
-engine) divided by its weight.  A free sequence goes to the waiting tenant with the least usage (then the
-fewest sequences per weight, then arrival), so over a busy period every backlogged tenant gets decoded
-tokens in proportion to its weight, whatever the others send.  A tenant that was idle starts again at
-the least usage among the busy ones (it cannot bank idle time, as in start-time fair queuing).
+Each tenant's *seats* are the sequences it holds, and its *usage* the batch rows decoded for it (prompt and
+generated tokens: what it cost the engine), both divided by its weight.  A free sequence goes to the
+waiting tenant with the fewest seats, and among those to the one with the least usage (then the oldest
+request), so sequences are shared by weight and the one left over goes round by usage: over a busy
+period every backlogged tenant gets decoded tokens in proportion to its weight, whatever the others
+send.  A tenant that was idle starts again at the least usage among the busy ones (it cannot bank idle
+time, as in start-time fair queuing).
 
-With ``preemption`` a waiting tenant also takes a sequence back from the tenant holding the most
-sequences per weight, when that tenant would still hold at least as many after the move: seats are
-shared by weight too, and no two tenants can take one back and forth.
+With ``preemption`` the waiting tenant that would be served next also takes a sequence back from the
+tenant holding the most seats, when that one would still hold at least as many after the move; the
+same order decides both, so a sequence taken back goes to the tenant it was taken for, and no two
+tenants can pass one back and forth.
 """
 
 from __future__ import annotations
@@ -53,16 +56,13 @@ class FairSharePolicy(Policy):
         return {tenant: n / self.weight(tenant) for tenant, n in held.items()}
 
     def select(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
-        self._observe(waiting, running)
-        usage, seats = self.usage(running, waiting), self.seats(running)
-        return min(waiting, key=lambda t: (usage[t.tenant], seats.get(t.tenant, 0.0), t.arrival))
+        return self._next(waiting, running, self.seats(running))
 
     def preempt(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
-        self._observe(waiting, running)
         if not self.preemption:
             return None
-        usage, seats = self.usage(running, waiting), self.seats(running)
-        claimant = min(waiting, key=lambda t: (seats.get(t.tenant, 0.0), usage[t.tenant], t.arrival)).tenant
+        seats, usage = self.seats(running), self.usage(running, waiting)
+        claimant = self._next(waiting, running, seats).tenant
         holders = {t.tenant for t in running if t.preemptible and t.tenant != claimant}
         if not holders:
             return None
@@ -70,6 +70,12 @@ class FairSharePolicy(Policy):
         if seats[holder] - 1 / self.weight(holder) < seats.get(claimant, 0.0) + 1 / self.weight(claimant):
             return None  # the move would leave the holder with fewer than the claimant: no gain, only churn
         return max((t for t in running if t.preemptible and t.tenant == holder), key=lambda t: t.arrival)
+
+    def _next(self, waiting: Sequence[Ticket], running: Sequence[Ticket], seats: dict[str, float]) -> Ticket:
+        """The waiting ticket served next: its tenant's fewest seats, then least usage, then arrival."""
+        self._observe(waiting, running)
+        usage = self.usage(running, waiting)
+        return min(waiting, key=lambda t: (seats.get(t.tenant, 0.0), usage[t.tenant], t.arrival))
 
     def finished(self, ticket: Ticket) -> None:
         if self._live.pop(ticket.arrival, None) is not None:

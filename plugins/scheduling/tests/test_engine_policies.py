@@ -100,7 +100,7 @@ def test_aging_bounds_how_long_a_stream_of_urgent_requests_delays_a_patient_one(
                                                                                 aging: int) -> None:
     box: list[Llama] = []
     policy = RecordingPriority(box, aging=aging)
-    total = 30
+    total = 36
     with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=1, n_threads=2, verbose=False,
                scheduling=policy) as llm:
         box.append(llm)
@@ -122,12 +122,14 @@ def test_aging_bounds_how_long_a_stream_of_urgent_requests_delays_a_patient_one(
                     if sent[0] >= total:
                         return
                     sent[0] += 1
-                llm.create_completion("urgent", max_tokens=2, priority=0)
+                llm.create_completion("urgent", max_tokens=6, priority=0)
 
-        producers = [threading.Thread(target=producer) for _ in range(3)]
+        # six producers, each sending its next request as soon as its last one ends: the queue never runs
+        # out of urgent requests while one runs, even when the machine is slow to wake a producer
+        producers = [threading.Thread(target=producer) for _ in range(6)]
         for t in producers:
             t.start()
-        while len(llm.scheduler.waiting) < 4:  # the patient request and one of each producer
+        while len(llm.scheduler.waiting) < 7:  # the patient request and one of each producer
             threading.Event().wait(0.01)
         _text(holder)
         for t in [*producers, patient]:

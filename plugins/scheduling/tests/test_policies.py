@@ -36,6 +36,14 @@ def test_aging_moves_a_waiting_request_up_one_level_per_aging_admissions() -> No
     assert PriorityPolicy(aging=0).select([old, new], []) is new  # strict priorities
 
 
+def test_aging_stops_at_the_most_urgent_level_present() -> None:
+    """Urgent requests age too, but never past level 0 here: once the patient one is level, it is older."""
+    policy = PriorityPolicy(aging=1)
+    patient, urgent = Ticket(0, priority=10), Ticket(5, priority=0)
+    patient.passed_over, urgent.passed_over = 10, 50
+    assert policy.select([urgent, patient], []) is patient
+
+
 def test_priority_preempts_the_least_urgent_running_request_only_for_a_strictly_more_urgent_one() -> None:
     policy = PriorityPolicy()
     running = tickets((2, ""), (7, ""), (7, ""), start=0)
@@ -119,3 +127,14 @@ def test_priority_options_are_checked(options: dict, message: str) -> None:
 def test_fair_share_options_are_checked(options: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FairSharePolicy(**options)
+
+
+def test_fair_share_seats_first_then_usage_decides() -> None:
+    policy = FairSharePolicy()
+    running = tickets((0, "a"), (0, "b"), (0, "b"))
+    running[0].n_decoded = 500  # "a" has decoded far more, but holds fewer sequences
+    waiting = tickets((0, "b"), (0, "a"), start=3)
+    assert policy.select(waiting, running) is waiting[1]
+    even = tickets((0, "a"), (0, "b"))
+    even[0].n_decoded, even[1].n_decoded = 500, 10  # the same seats: the one left over goes by usage
+    assert policy.select(tickets((0, "a"), (0, "b"), start=3), even).tenant == "b"
