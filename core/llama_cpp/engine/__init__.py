@@ -16,7 +16,7 @@ The parts, one module each:
 ``Llama`` is a facade over them; docs/engine.md draws one tick.
 """
 
-from .context import BatchBuilder, Context
+from .context import BatchBuilder, Context, RowMode
 from .ledger import Ledger, SequenceSnapshot
 from .model import Model
 from .request import Request, RequestState, TokenEvent
@@ -34,6 +34,7 @@ __all__ = [
     "Request",
     "RequestScope",
     "RequestState",
+    "RowMode",
     "Sampled",
     "Scheduler",
     "SequenceSampler",

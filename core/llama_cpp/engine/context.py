@@ -8,6 +8,7 @@ context, so nothing here locks.
 
 from __future__ import annotations
 
+import enum
 import threading
 from typing import Any
 
@@ -19,6 +20,18 @@ from .._handles import Batch, NativeHandle
 from .origin import StateOrigin
 
 DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
+
+
+class RowMode(enum.Enum):
+    """Which rows of a sequence's tokens in a batch want logits."""
+
+    NONE = "none"  # a prompt chunk before the last
+    LAST = "last"  # the last row only: a prompt's end, a plain decode step
+    ALL = "all"  # every row: a draft being verified, logits_all, embeddings
+
+    def n_outputs(self, n_rows: int) -> int:
+        """How many logits rows ``n_rows`` tokens in this mode ask for."""
+        return n_rows if self is RowMode.ALL else int(self is RowMode.LAST and n_rows > 0)
 
 
 class BatchBuilder:
@@ -46,11 +59,10 @@ class BatchBuilder:
         self._seq_rows = [b.seq_id[i] for i in range(capacity)]
         self._c_token, self._c_pos, self._c_logits = b.token, b.pos, b.logits  # for one row at a time
 
-    def add(self, tokens: list[int], first_pos: int, seq_id: int, logits: str) -> int:
+    def add(self, tokens: list[int], first_pos: int, seq_id: int, logits: RowMode) -> int:
         """Append ``tokens`` of ``seq_id`` at positions ``first_pos...``; returns the first row's index.
 
-        ``logits`` is ``"none"``, ``"last"`` or ``"all"``: which of these rows
-        llama.cpp computes logits for.
+        ``logits`` says which of these rows llama.cpp computes logits for.
         """
         start, count = self.n, len(tokens)
         end = start + count
@@ -58,8 +70,8 @@ class BatchBuilder:
             raise ValueError(f"{count} more tokens do not fit in a batch of {self.capacity} ({start} used)")
         self.tokens[start:end] = tokens
         self.positions[start:end] = np.arange(first_pos, first_pos + count, dtype=np.int32)
-        self.outputs[start:end] = 1 if logits == "all" else 0
-        if logits == "last" and count:
+        self.outputs[start:end] = 1 if logits is RowMode.ALL else 0
+        if logits is RowMode.LAST and count:
             self.outputs[end - 1] = 1
         rows = self._seq_rows
         for i in range(start, end):

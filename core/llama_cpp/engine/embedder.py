@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from .context import DECODE_ABORTED
+from .context import DECODE_ABORTED, RowMode
 from .scheduler import Scheduler, Slot
 
 POOLING_NAMES = {-1: "unspecified", 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -142,7 +142,7 @@ class Embedder:
             slot = slots[len(group)]
             slot.ledger.clear(ctx)  # positions start at 0: nothing the sequence held may be attended to
             scheduler.memory_changed(slot)
-            first = batch.add(tokens, 0, slot.seq_id, "all")
+            first = batch.add(tokens, 0, slot.seq_id, RowMode.ALL)
             group.append((index, slot, first, len(tokens)))
             at += 1
 

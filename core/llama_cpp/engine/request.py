@@ -10,6 +10,7 @@ lock, which is the only state they share.
 from __future__ import annotations
 
 import collections
+import enum
 import threading
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -36,13 +37,13 @@ class Suspended(NamedTuple):
     """A request that gave its sequence up to a more urgent one: what it resumes from."""
 
     snapshot: SequenceSnapshot  # its sequence's memory
-    state: str  # RequestState.PREFILL or RUNNING
+    state: RequestState  # PREFILL or RUNNING
     pending: list[int]  # the tokens it was to decode next
     prefill_at: int  # the next prompt token to evaluate
 
 
-class RequestState:
-    WAITING = "waiting"  # not yet given a sequence
+class RequestState(enum.Enum):
+    WAITING = "waiting"  # not yet given a sequence (or suspended: waiting to resume)
     PREFILL = "prefill"  # its prompt is being evaluated
     FORKED = "forked"  # one of n choices: waits for the first choice's prompt, then copies it
     RUNNING = "running"  # generating
@@ -88,7 +89,7 @@ class Request:
     tenant: str = ""
     # filled in by the engine
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
-    state: str = RequestState.WAITING
+    state: RequestState = RequestState.WAITING
     seq_id: int | None = None
     events: collections.deque = attrs.field(factory=collections.deque)
     finish_reason: str | None = None

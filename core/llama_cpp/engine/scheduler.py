@@ -28,14 +28,14 @@ import functools
 import threading
 import time
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from llama_cpp_native import lib
 
 from .._adapters import NO_ADAPTERS, Adapters
-from .context import DECODE_ABORTED, Context
+from .context import DECODE_ABORTED, Context, RowMode
 from .scope import current_scope
 from .checkpoints import HybridCheckpointCache, reachable
 from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
@@ -63,6 +63,15 @@ class Slot:
         self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
 
 
+class BatchRow(NamedTuple):
+    """One sequence's part of a tick's batch."""
+
+    slot: Slot
+    fed: list[int]  # the tokens decoded
+    rows: list[int]  # their rows in the batch
+    prefill: bool  # prompt tokens (else the step's: the pending token and any draft)
+
+
 class _Outcome:
     """What one sequence's samples of a tick amount to, worked out before taking the lock."""
 
@@ -88,8 +97,8 @@ class Scheduler:
         self.logits_all = logits_all
         self.step: Step = step or PlainStep()
         self._plain = type(self.step) is PlainStep  # the per-token path skips the protocol's calls
-        self._observes = bool(getattr(self.step, "observes_batches", False))
-        self._drafts = hasattr(self.step, "prepare")  # a step that drafts for every sequence before a tick
+        self._observes = self.step.observes_batches
+        self._drafts = self.step.drafts
         self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
         self.slots = [Slot(i) for i in range(ctx.n_seq_max)]
         # a memory that cannot always drop a suffix is checkpointed while prompts are evaluated
@@ -333,7 +342,7 @@ class Scheduler:
         if not rows:
             return False
         try:
-            self._use_adapters(rows[0][0].request)  # type: ignore[arg-type]
+            self._use_adapters(rows[0].slot.request)  # type: ignore[arg-type]
             t0 = time.perf_counter() if self._observes else 0.0
             rc = ctx.decode()
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
@@ -423,12 +432,12 @@ class Scheduler:
             self.n_media_evaluated += 1
         return True
 
-    def _show_batch(self, rows: list[tuple[Slot, list[int], list[int], bool]], seconds: float) -> None:
+    def _show_batch(self, rows: list[BatchRow], seconds: float) -> None:
         """Hand the decoded batch to a step that observes batches (a speculative engine reads it)."""
         builder = self.ctx.batch
         n = builder.n
-        seq_ids = np.repeat(np.asarray([slot.seq_id for slot, *_ in rows], dtype=np.int32),
-                            [len(fed) for _slot, fed, *_ in rows])
+        seq_ids = np.repeat(np.asarray([row.slot.seq_id for row in rows], dtype=np.int32),
+                            [len(row.fed) for row in rows])
         self.step.decoded(DecodedBatch(builder.tokens[:n], builder.positions[:n], seq_ids,
                                        builder.outputs[:n]), seconds)
 
@@ -468,10 +477,10 @@ class Scheduler:
             room = min(share, request.max_tokens - request.n_generated - len(pending),  # type: ignore[union-attr]
                        self.ctx.n_ctx_seq - len(slot.ledger) - len(pending))
             wanted.append((slot.seq_id, pending, slot.ledger.tokens, room))
-        self.step.prepare(wanted)  # type: ignore[attr-defined]
+        self.step.prepare(wanted)
 
-    def _fill_batch(self, plan: list[Slot]) -> list[tuple[Slot, list[int], list[int], bool]]:
-        """Write the plan into the batch: (slot, tokens fed, their batch rows, is it prompt?) per sequence."""
+    def _fill_batch(self, plan: list[Slot]) -> list[BatchRow]:
+        """Write the plan into the batch: a row group per sequence."""
         batch = self.ctx.batch
         batch.n = 0
         if self._drafts:
@@ -496,19 +505,19 @@ class Scheduler:
                 if self.logits_all:
                     fed = fed[:self.max_outputs - outputs]
                 last = slot.prefill_at + len(fed) == len(prompt)
-                mode = "all" if self.logits_all else ("last" if last else "none")
+                mode = RowMode.ALL if self.logits_all else (RowMode.LAST if last else RowMode.NONE)
             else:
                 pending = [*slot.pending, *request.sent] if request.sent else slot.pending  # type: ignore[union-attr]
                 if self._plain:
-                    fed, mode = pending, "last"
+                    fed, mode = pending, RowMode.LAST
                 else:
                     room = min(batch.capacity - batch.n, self.max_outputs - outputs,
                                request.max_tokens - request.n_generated,  # type: ignore[union-attr]
                                self.ctx.n_ctx_seq - len(slot.ledger)) - len(pending)
                     fed, mode = self.step.feed(slot.seq_id, pending, room)
                 if self.logits_all:
-                    mode = "all"
-            wanted = len(fed) if mode == "all" else int(mode == "last")
+                    mode = RowMode.ALL
+            wanted = mode.n_outputs(len(fed))
             if not fed or len(fed) > batch.capacity - batch.n or outputs + wanted > self.max_outputs:
                 continue
             outputs += wanted
@@ -523,7 +532,7 @@ class Scheduler:
                     continue
             start = len(ledger.tokens)
             if len(fed) == 1:
-                first = batch.add_one(fed[0], start, slot.seq_id, mode != "none")
+                first = batch.add_one(fed[0], start, slot.seq_id, mode is not RowMode.NONE)
             else:
                 first = batch.add(fed, start, slot.seq_id, mode)
             if ledger.adapters is not key:
@@ -533,7 +542,8 @@ class Scheduler:
                 if request.sent:  # type: ignore[union-attr]
                     slot.sampler.accepted(request.sent)  # type: ignore[union-attr]
                     request.sent.clear()  # type: ignore[union-attr]
-            rows.append((slot, fed, [first] if len(fed) == 1 else list(range(first, first + len(fed))), prefill))
+            rows.append(BatchRow(slot, fed, [first] if len(fed) == 1 else list(range(first, first + len(fed))),
+                                 prefill))
         return rows
 
     def _make_room(self, slot: Slot, incoming: int) -> None:
@@ -631,11 +641,11 @@ class Scheduler:
         slot.pending = [samples[-1][0]]
         return outcome
 
-    def _failed_decode(self, rc: int, rows: list[tuple[Slot, list[int], list[int], bool]],
+    def _failed_decode(self, rc: int, rows: list[BatchRow],
                        error: BaseException | None = None) -> None:
         """Nothing of a failed batch stays in memory; its requests end (aborted, or with the error)."""
         with self._mutex:
-            for slot, _fed, _rows, _prefill in rows:
+            for slot, *_ in rows:
                 self.ctx.seq_rm(slot.seq_id, len(slot.ledger), -1)
                 if not self._plain:
                     self.step.rollback(slot.seq_id, len(slot.ledger))

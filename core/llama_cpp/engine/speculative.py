@@ -27,7 +27,7 @@ import numpy as np
 from llama_cpp_native import lib
 
 from ..llama_speculative import DraftRequest, LlamaSpecEngine
-from .context import Context
+from .context import Context, RowMode
 from .sampler import SequenceSampler, TokenHistory
 from .step import DecodedBatch, Sampled
 
@@ -198,6 +198,7 @@ class SpeculativeStep:
     """
 
     observes_batches = True
+    drafts = True
 
     def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "", ctx: Context | None = None,
                  rollback_states: int | None = None, verbose: bool = False) -> None:
@@ -329,17 +330,17 @@ class SpeculativeStep:
                 state.error.__cause__ = exc
                 state.draft = []
 
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
         """``pending`` and the prepared draft after it, cut to the ``n_max`` tokens that still fit."""
         state = self._seqs.get(seq_id)
         if state is None or not state.draft:
-            return list(pending), "last"
+            return list(pending), RowMode.LAST
         draft = state.draft = state.draft[:max(0, n_max)]
         if not draft:
-            return list(pending), "last"
+            return list(pending), RowMode.LAST
         if self.rollback_states is not None and len(draft) > self.rollback_states:
             self._capture(seq_id, state)
-        return [*pending, *draft], "all"
+        return [*pending, *draft], RowMode.ALL
 
     def _capture(self, seq_id: int, state: _Sequence) -> None:
         """Save the recurrent part of the sequence's state before a draft too long to roll back natively."""

@@ -1,14 +1,15 @@
 """The step: what one running sequence feeds into a tick's decode, and what it takes out.
 
 The plain step decodes the last sampled token and samples the next one from
-its logits row.  A speculative step (``engine.speculative``) is the same seam
+its logits row (the scheduler inlines it on its per-token path).  A speculative step (``engine.speculative``) is the same seam
 with more in it: it proposes draft tokens after the pending ones, has them
 decoded in the same batch with logits on every row, keeps what the
 sequence's own sampler agrees with and reports how many of the fed tokens
 stay in memory; the scheduler rolls the rest back.  The scheduler does not
 know which kind of step it runs; it tells every step when a sequence starts
-and ends a request and when its memory is cut back, and a step with
-``observes_batches`` sees every decoded batch.
+and ends a request and when its memory is cut back; a step that ``drafts``
+is asked to ``prepare`` every running sequence's draft before a batch is
+filled, and one that ``observes_batches`` sees every decoded batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
-from .context import Context
+from .context import Context, RowMode
 from .sampler import SequenceSampler
 
 
@@ -41,14 +42,19 @@ class Sampled(NamedTuple):
 class Step(Protocol):
     """How a running sequence advances in one tick."""
 
-    observes_batches: bool
+    observes_batches: bool  # decoded() is called after every decode
+    drafts: bool  # prepare() is called before every batch is filled
 
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         """A request starts generating on ``seq_id``, whose memory holds ``tokens``."""
 
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
+    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
+        """Before the batch is filled (``drafts``): ``(seq_id, pending, history, n_max)`` of every running
+        sequence, to draft for all of them at once."""
+
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
         """The tokens to decode for ``seq_id`` whose next inputs are ``pending`` (at most ``n_max`` more
-        fit this tick), and which of their rows want logits: ``"last"`` or ``"all"``."""
+        fit this tick), and which of their rows want logits (LAST or ALL)."""
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
              fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
@@ -56,6 +62,9 @@ class Step(Protocol):
         after an ``eog`` token), how many of ``fed`` stay in memory (fewer when drafts were rejected), and
         the tokens to decode again before the last sampled one (the accepted part of a draft whose
         rejection restored a state checkpoint)."""
+
+    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
+        """After every decode (``observes_batches``): its rows, and how long it took."""
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         """The memory of ``seq_id`` now holds only its first ``n_tokens`` tokens."""
@@ -74,17 +83,24 @@ class PlainStep:
     """
 
     observes_batches = False
+    drafts = False
 
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         pass
 
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], str]:
-        return list(pending), "last"
+    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
+        pass
+
+    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+        return list(pending), RowMode.LAST
 
     def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
              fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
         token, raw = sampler.sample(ctx, rows[-1])
         return [Sampled(token, rows[-1], raw)], len(fed), []
+
+    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
+        pass
 
     def rollback(self, seq_id: int, n_tokens: int) -> None:
         pass
