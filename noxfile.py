@@ -45,7 +45,8 @@ def _ensure_chromium(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Install everything (and the example third-party plugins), build llama.cpp's oracle tools, run pytest."""
+    """Install everything (and the example third-party plugins), type-check, build llama.cpp's oracle tools, run
+    pytest."""
     _install(session, "[test]")
     # As its users install it, next to an installed llama-cpp-python and without --no-deps: its pin
     # llama-cpp-python>=0.3,<0.4 must be met by this project (tests/test_client_llama_index.py checks that
@@ -54,6 +55,7 @@ def tests(session: nox.Session) -> None:
     session.install(_FRESH, "llama-index-llms-llama-cpp")
     session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative", "./contrib/example_policy")
     _ensure_chromium(session)
+    session.run("python", "-m", "mypy")  # the files and strictness are in pyproject.toml's [tool.mypy]
     session.run("python", "-m", "llama_cpp_native", "build-tools")
     session.run("pytest", *session.posargs, env=_ONE_COMPUTE_THREAD)
 

@@ -7,7 +7,7 @@ its C names (:mod:`llama_cpp.llama_cpp`).
 from . import llama as _llama
 from .llama_cpp import *  # noqa: F401,F403  (the seed's top-level C API)
 from .llama import *  # noqa: F401,F403  (the seed's top-level names: llama_cpp.llama's __all__)
-from .plugins import hookimpl  # noqa: F401
+from .plugins import hookimpl as hookimpl  # noqa: F401  (re-exported: plugins write llama_cpp.hookimpl)
 from .sampling import SamplingParams  # noqa: F401
 
 __version__ = "0.3.48"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from llama_cpp_native import ffi, lib
@@ -59,7 +59,7 @@ class BatchBuilder:
         self._seq_rows = [b.seq_id[i] for i in range(capacity)]
         self._c_token, self._c_pos, self._c_logits = b.token, b.pos, b.logits  # for one row at a time
 
-    def add(self, tokens: list[int], first_pos: int, seq_id: int, logits: RowMode) -> int:
+    def add(self, tokens: Sequence[int], first_pos: int, seq_id: int, logits: RowMode) -> int:
         """Append ``tokens`` of ``seq_id`` at positions ``first_pos...``; returns the first row's index.
 
         ``logits`` says which of these rows llama.cpp computes logits for.
@@ -188,8 +188,9 @@ class Context:
     def logits_row(self, row: int) -> np.ndarray:
         """The logits of batch row ``row`` (-1: the last output): a zero-copy view, valid until the next decode."""
         ptr = lib.llama_get_logits_ith(self.ptr, row)
-        if ptr == self._row_ptr:
-            return self._row_view  # type: ignore[return-value]
+        view = self._row_view
+        if ptr == self._row_ptr and view is not None:
+            return view
         if ptr == ffi.NULL:
             raise RuntimeError(f"no logits are available at output {row}: nothing was evaluated there")
         view = np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32)

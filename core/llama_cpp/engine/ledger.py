@@ -194,8 +194,9 @@ class Ledger:
         """Replace this sequence's memory with ``snapshot``; ValueError if llama.cpp refuses it, and
         ForeignStateError (nothing changed) if the snapshot says it belongs to another model or context."""
         if not snapshot.fits(ctx.origin):
+            assert snapshot.origin is not None and ctx.origin is not None  # fits() is False only when both are
             raise ForeignStateError(f"this sequence state belongs to another model or context "
-                                    f"({snapshot.origin.differences(ctx.origin)}): not restored")  # type: ignore
+                                    f"({snapshot.origin.differences(ctx.origin)}): not restored")
         ctx.seq_rm(self.seq_id, 0, -1)
         if not ctx.set_seq_state(self.seq_id, snapshot.state):
             self.tokens = []

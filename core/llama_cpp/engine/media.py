@@ -79,7 +79,8 @@ class MediaChunk(abc.ABC):
         nothing of the chunk left in memory) if that fails."""
 
 
-def _check_media(instance: MediaPrompt, attribute: attrs.Attribute, media: Mapping[int, MediaChunk]) -> None:
+def _check_media(instance: MediaPrompt, attribute: attrs.Attribute[Mapping[int, MediaChunk]],
+                 media: Mapping[int, MediaChunk]) -> None:
     tokens = instance.tokens
     expected = sum(1 for t in tokens if is_media(t) and not is_continuation(t))
     if expected != len(media):

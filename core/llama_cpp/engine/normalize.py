@@ -83,7 +83,7 @@ def text_prompt_tokens(llama: Any, text: str, *, starts_with_bos: bool = False) 
     return llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
 
-def prompt_list(prompt: Any) -> list[str | list[int]]:
+def prompt_list(prompt: Any) -> list[str | list[int] | MediaPrompt]:
     """The prompts of a completion request.
 
     A prompt is a string or a list of token ids (or a multimodal handler's
@@ -101,7 +101,7 @@ def prompt_list(prompt: Any) -> list[str | list[int]]:
                          f"{type(prompt).__name__}") from None
     if not items or all(_is_token(t) for t in items):
         return [items]
-    prompts: list[str | list[int]] = []
+    prompts: list[str | list[int] | MediaPrompt] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
             prompts.append(item)

@@ -91,7 +91,7 @@ class Request:
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: RequestState = RequestState.WAITING
     seq_id: int | None = None
-    events: collections.deque = attrs.field(factory=collections.deque)
+    events: collections.deque[TokenEvent] = attrs.field(factory=collections.deque)
     finish_reason: str | None = None
     error: BaseException | None = None
     cancelled: bool = False

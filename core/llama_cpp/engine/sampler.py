@@ -101,7 +101,8 @@ class SequenceSampler:
         if self._processor is not None:
             view = ctx.logits_row(row)
             raw = view.copy()
-            edited = self._processor(self.history.view(), view)  # type: ignore[union-attr]
+            assert self.history is not None  # kept whenever there is a processor
+            edited = self._processor(self.history.view(), view)
             if edited is not view and edited is not None:
                 view[:] = edited
         if self._argmax:
@@ -129,7 +130,8 @@ class SequenceSampler:
         """The request's stopping criteria on the ids including ``token`` and the row it came from."""
         if self._stop is None:
             return False
-        return bool(self._stop(self.history.view(token), logits))  # type: ignore[union-attr]
+        assert self.history is not None  # kept whenever there are stopping criteria
+        return bool(self._stop(self.history.view(token), logits))
 
     def accepted(self, tokens: Sequence[int]) -> None:
         """``tokens`` joined the sequence (sampled and kept, or sent in by the caller)."""

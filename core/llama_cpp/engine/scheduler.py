@@ -38,7 +38,8 @@ from .._adapters import NO_ADAPTERS, Adapters
 from .context import DECODE_ABORTED, Context, RowMode
 from .scope import current_scope
 from .checkpoints import HybridCheckpointCache, reachable
-from .ledger import Ledger, SequenceSnapshot, common_prefix, lookup_by_protocol
+from .ledger import Ledger, SequenceSnapshot, lookup_by_protocol
+from .prefix import common_prefix
 from .media import media_entries, next_chunk, text_only
 from .model import Model
 from .policy import Policy, Ticket
@@ -61,6 +62,20 @@ class Slot:
         self.prefill_at = 0  # next prompt token to evaluate
         self.last_used = 0  # the tick it last decoded in: the least recently used slot is reused first
         self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
+
+    @property
+    def serving(self) -> Request:
+        """The request of a busy slot (the engine asks only where it knows there is one)."""
+        request = self.request
+        assert request is not None, f"sequence {self.seq_id} serves no request"
+        return request
+
+    @property
+    def chain(self) -> SequenceSampler:
+        """The sampler of a busy slot's request."""
+        sampler = self.sampler
+        assert sampler is not None, f"sequence {self.seq_id} has no sampler"
+        return sampler
 
 
 class BatchRow(NamedTuple):
@@ -342,7 +357,7 @@ class Scheduler:
         if not rows:
             return False
         try:
-            self._use_adapters(rows[0].slot.request)  # type: ignore[arg-type]
+            self._use_adapters(rows[0].slot.serving)
             t0 = time.perf_counter() if self._observes else 0.0
             rc = ctx.decode()
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
@@ -409,25 +424,25 @@ class Scheduler:
     def _evaluate_media(self, slot: Slot) -> bool:
         """Put the media chunks at the slot's prefill point into memory (mtmd decodes each itself, outside
         the batch); False if that failed and the request ended with the error."""
-        request, ledger = slot.request, slot.ledger
-        media = request.media  # type: ignore[union-attr]
+        request, ledger = slot.serving, slot.ledger
+        media = request.media
         while slot.prefill_at in media:
             chunk = media[slot.prefill_at]
             try:
                 if len(ledger) + chunk.n_pos > self.ctx.n_ctx_seq:
                     self._make_room(slot, chunk.n_pos)
-                self._use_adapters(request)  # type: ignore[arg-type]
+                self._use_adapters(request)
                 chunk.evaluate(self.ctx, len(ledger), slot.seq_id)
             except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
                 self.ctx.seq_rm(slot.seq_id, len(ledger), -1)
                 with self._mutex:
-                    request.finish("error", exc)  # type: ignore[union-attr]
+                    request.finish("error", exc)
                     self._release(slot)
                 return False
-            ledger.note_adapters(request.adapter_key)  # type: ignore[union-attr]
+            ledger.note_adapters(request.adapter_key)
             ledger.tokens.extend(media_entries(chunk.key, chunk.n_pos))
             slot.prefill_at += chunk.n_pos
-            request.n_prompt_evaluated += chunk.n_pos  # type: ignore[union-attr]
+            request.n_prompt_evaluated += chunk.n_pos
             self.n_prompt_tokens += chunk.n_tokens
             self.n_media_evaluated += 1
         return True
@@ -454,27 +469,27 @@ class Scheduler:
                     len(request.events) < request.read_ahead or (request.wanted and not request.events)):
                 ready.append(slot)
         if len(ready) > 1:
-            keys = {s.request.adapter_key for s in ready}  # type: ignore[union-attr]
+            keys = {s.serving.adapter_key for s in ready}
             if len(keys) > 1:  # serve the adapter set that has waited longest
-                key = min(ready, key=lambda s: s.last_used).request.adapter_key  # type: ignore[union-attr]
-                ready = [s for s in ready if s.request.adapter_key == key]  # type: ignore[union-attr]
+                key = min(ready, key=lambda s: s.last_used).serving.adapter_key
+                ready = [s for s in ready if s.serving.adapter_key == key]
             # decode steps first (one token each), then prompt chunks
-            ready.sort(key=lambda s: s.request.state == RequestState.PREFILL)  # type: ignore[union-attr]
+            ready.sort(key=lambda s: s.serving.state == RequestState.PREFILL)
         return ready
 
     def _ask_drafts(self, plan: list[Slot]) -> None:
         """A step that drafts is asked for every running sequence's draft at once, each sized to a fair
         share of the batch and of the decode's outputs (``_fill_batch`` cuts them to what is left)."""
-        running = [s for s in plan if s.request.state == RequestState.RUNNING]  # type: ignore[union-attr]
+        running = [s for s in plan if s.serving.state == RequestState.RUNNING]
         if not running:
             return
-        pendings = [[*s.pending, *s.request.sent] for s in running]  # type: ignore[union-attr]
+        pendings = [[*s.pending, *s.serving.sent] for s in running]
         fed = sum(len(p) for p in pendings)
         share = (min(self.ctx.batch.capacity, self.max_outputs) - fed) // len(running)
         wanted = []
         for slot, pending in zip(running, pendings):
-            request = slot.request
-            room = min(share, request.max_tokens - request.n_generated - len(pending),  # type: ignore[union-attr]
+            request = slot.serving
+            room = min(share, request.max_tokens - request.n_generated - len(pending),
                        self.ctx.n_ctx_seq - len(slot.ledger) - len(pending))
             wanted.append((slot.seq_id, pending, slot.ledger.tokens, room))
         self.step.prepare(wanted)
@@ -487,17 +502,17 @@ class Scheduler:
             self._ask_drafts(plan)
         rows = []
         outputs = 0
-        key = plan[0].request.adapter_key  # type: ignore[union-attr]
+        key = plan[0].serving.adapter_key
         for slot in plan:
-            request = slot.request
-            prefill = request.state == RequestState.PREFILL  # type: ignore[union-attr]
+            request = slot.serving
+            prefill = request.state == RequestState.PREFILL
             if prefill:
-                prompt = request.prompt  # type: ignore[union-attr]
-                if request.media and not self._evaluate_media(slot):  # type: ignore[union-attr]
+                prompt = request.prompt
+                if request.media and not self._evaluate_media(slot):
                     continue
                 end = slot.prefill_at + batch.capacity - batch.n
-                if request.media:  # type: ignore[union-attr]
-                    end = min(end, next_chunk(request.media, slot.prefill_at, end))  # type: ignore[union-attr]
+                if request.media:
+                    end = min(end, next_chunk(request.media, slot.prefill_at, end))
                 if self.checkpoints is not None:  # memory holds exactly the ledger's tokens here
                     self.checkpoints.due(slot.ledger, len(prompt))
                     end = self.checkpoints.chunk_end(slot.ledger, len(prompt), end)
@@ -507,12 +522,12 @@ class Scheduler:
                 last = slot.prefill_at + len(fed) == len(prompt)
                 mode = RowMode.ALL if self.logits_all else (RowMode.LAST if last else RowMode.NONE)
             else:
-                pending = [*slot.pending, *request.sent] if request.sent else slot.pending  # type: ignore[union-attr]
+                pending = [*slot.pending, *request.sent] if request.sent else slot.pending
                 if self._plain:
                     fed, mode = pending, RowMode.LAST
                 else:
                     room = min(batch.capacity - batch.n, self.max_outputs - outputs,
-                               request.max_tokens - request.n_generated,  # type: ignore[union-attr]
+                               request.max_tokens - request.n_generated,
                                self.ctx.n_ctx_seq - len(slot.ledger)) - len(pending)
                     fed, mode = self.step.feed(slot.seq_id, pending, room)
                 if self.logits_all:
@@ -527,7 +542,7 @@ class Scheduler:
                     self._make_room(slot, len(fed))
                 except (RuntimeError, ValueError) as exc:
                     with self._mutex:
-                        request.finish("error", exc)  # type: ignore[union-attr]
+                        request.finish("error", exc)
                         self._release(slot)
                     continue
             start = len(ledger.tokens)
@@ -539,9 +554,9 @@ class Scheduler:
                 ledger.note_adapters(key)
             if not prefill:
                 slot.pending = []
-                if request.sent:  # type: ignore[union-attr]
-                    slot.sampler.accepted(request.sent)  # type: ignore[union-attr]
-                    request.sent.clear()  # type: ignore[union-attr]
+                if request.sent:
+                    slot.chain.accepted(request.sent)
+                    request.sent.clear()
             rows.append(BatchRow(slot, fed, [first] if len(fed) == 1 else list(range(first, first + len(fed))),
                                  prefill))
         return rows
@@ -562,7 +577,7 @@ class Scheduler:
 
     def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
         """With logits_all: the rows of the tokens just decoded go into the ledger's scores."""
-        request, ledger = slot.request, slot.ledger
+        request, ledger = slot.serving, slot.ledger
         if request is not None and not request.keep_scores:
             return
         scores = ledger.keep_scores(self.ctx.n_ctx_seq, self.model.n_vocab)
@@ -570,18 +585,18 @@ class Scheduler:
             scores[len(ledger) + i] = self.ctx.logits_row(row)
 
     def _prompt_done(self, slot: Slot) -> None:
-        request = slot.request
-        request.state = RequestState.RUNNING  # type: ignore[union-attr]
-        if not self._plain and request.max_tokens > 0 and not request.media:  # type: ignore[union-attr]
+        request = slot.serving
+        request.state = RequestState.RUNNING
+        if not self._plain and request.max_tokens > 0 and not request.media:
             # (a drafter cannot see media: a request with media is not speculated)
-            self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)  # type: ignore[union-attr]
-        if request.keep_prompt_logits and slot.ledger.scores is not None:  # type: ignore[union-attr]
+            self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)
+        if request.keep_prompt_logits and slot.ledger.scores is not None:
             n = len(slot.ledger)
-            request.prompt_logits = slot.ledger.scores[n - len(request.prompt):n].copy()  # type: ignore[union-attr]
+            request.prompt_logits = slot.ledger.scores[n - len(request.prompt):n].copy()
 
     def _first_token(self, slot: Slot, row: int) -> _Outcome:
         try:
-            token, raw = slot.sampler.sample(self.ctx, row)  # type: ignore[union-attr]
+            token, raw = slot.chain.sample(self.ctx, row)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return _Outcome(finish="error", error=exc)
         return self._outcome(slot, [Sampled(token, row, raw)])
@@ -589,13 +604,13 @@ class Scheduler:
     def _advance(self, slot: Slot, fed: list[int], fed_rows: list[int]) -> _Outcome:
         try:
             replay: list[int] = []
+            samples: Sequence[tuple[int, int, Any]]  # Sampled, or the plain path's tuple of the same fields
             if self._plain:  # the plain step, without its call: one token from the last row
-                token, raw = slot.sampler.sample(self.ctx, fed_rows[-1])  # type: ignore[union-attr]
+                token, raw = slot.chain.sample(self.ctx, fed_rows[-1])
                 samples, kept = ((token, fed_rows[-1], raw),), len(fed)
             else:
-                eog = None if slot.request.params.ignore_eos else self._is_eog  # type: ignore[union-attr]
-                samples, kept, replay = self.step.take(slot.seq_id, self.ctx, slot.sampler, fed_rows, fed,  # type: ignore
-                                                       eog)
+                eog = None if slot.serving.params.ignore_eos else self._is_eog
+                samples, kept, replay = self.step.take(slot.seq_id, self.ctx, slot.chain, fed_rows, fed, eog)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return _Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
@@ -609,10 +624,10 @@ class Scheduler:
     def _outcome(self, slot: Slot, samples: Sequence[tuple[int, int, Any]]) -> _Outcome:
         """The events of the sampled tokens (``Sampled`` or plain ``(token, row, raw)`` tuples), and whether
         they end the request (no lock needed)."""
-        request, sampler = slot.request, slot.sampler
+        request, sampler = slot.serving, slot.chain
         outcome = _Outcome()
-        stop_on_eog = not request.params.ignore_eos  # type: ignore[union-attr]
-        wants_row = request.logprobs is not None or request.stopping_criteria is not None  # type: ignore[union-attr]
+        stop_on_eog = not request.params.ignore_eos
+        wants_row = request.logprobs is not None or request.stopping_criteria is not None
         for token, row_index, raw in samples:
             if stop_on_eog and self._is_eog(token):
                 outcome.finish = "stop"
@@ -621,21 +636,22 @@ class Scheduler:
             if wants_row:
                 row = raw if raw is not None else self.ctx.logits_row(row_index)
                 try:
-                    if sampler.stops(token, row):  # type: ignore[union-attr]
+                    if sampler.stops(token, row):
                         outcome.finish = "stop"
                         return outcome
                 except Exception as exc:  # noqa: BLE001
                     outcome.finish, outcome.error = "error", exc
                     return outcome
-            if request.logprobs is not None:  # type: ignore[union-attr]
-                value, top = token_logprob(row, token, request.logprobs)  # type: ignore[arg-type,union-attr]
+            if request.logprobs is not None:
+                assert row is not None  # asking for logprobs wants the row
+                value, top = token_logprob(row, token, request.logprobs)
                 outcome.events.append(TokenEvent(token, value, top))
             else:
                 outcome.events.append(TokenEvent(token))
-            if sampler.history is not None:  # type: ignore[union-attr]
-                sampler.accepted((token,))  # type: ignore[union-attr]
-            request.n_generated += 1  # type: ignore[union-attr]
-            if request.n_generated >= request.max_tokens:  # type: ignore[union-attr]
+            if sampler.history is not None:
+                sampler.accepted((token,))
+            request.n_generated += 1
+            if request.n_generated >= request.max_tokens:
                 outcome.finish = "length"
                 return outcome
         slot.pending = [samples[-1][0]]
@@ -734,8 +750,10 @@ class Scheduler:
                     return
                 waiting.remove(chosen)
                 for other in waiting:
-                    other.ticket.passed_over += 1  # type: ignore[union-attr]
-                fresh.add(chosen.ticket.arrival)  # type: ignore[union-attr]
+                    if other.ticket is not None:
+                        other.ticket.passed_over += 1
+                assert chosen.ticket is not None  # only ticketed requests are offered
+                fresh.add(chosen.ticket.arrival)
                 try:
                     self._start(slot, chosen)
                 except Exception as exc:  # noqa: BLE001 - the request's own failure: it ends, the slot is free
@@ -758,7 +776,7 @@ class Scheduler:
         """The waiting request the policy ``select``-s, or the running one it would ``preempt`` (None: no
         answer).  A policy that fails, or answers with a ticket it was not offered, ends the waiting
         requests it was deciding about (mutex held)."""
-        waiting = {r.ticket: r for r in self.waiting}
+        waiting = {r.ticket: r for r in self.waiting if r.ticket is not None}
         policy = self.policy
         try:
             if question == "select":
@@ -866,7 +884,7 @@ class Scheduler:
         leader = self._leader_of(request)
         if request.suspended is not None:
             self._resume(slot, request)
-        elif leader is not None and leader.request.state == RequestState.PREFILL:  # type: ignore[union-attr]
+        elif leader is not None and leader.serving.state == RequestState.PREFILL:
             request.state = RequestState.FORKED  # copies the leader's prompt once it is evaluated
             leader.forks.append(slot)
         elif request.continues:
@@ -931,10 +949,10 @@ class Scheduler:
         ctx, ledger, prompt = self.ctx, slot.ledger, request.prompt
         prefix = ledger.reusable_prefix(prompt, request.adapter_key)
         copied = donor is not None and donor.ledger.reusable_prefix(prompt, request.adapter_key) > prefix
-        if copied:
+        if copied and donor is not None:
             ctx.seq_rm(slot.seq_id, 0, -1)
-            ctx.seq_cp(donor.seq_id, slot.seq_id)  # type: ignore[union-attr]
-            ledger.mirror(donor.ledger)  # type: ignore[union-attr]
+            ctx.seq_cp(donor.seq_id, slot.seq_id)
+            ledger.mirror(donor.ledger)
             prefix = ledger.reusable_prefix(prompt, request.adapter_key)
         prefix = ledger.reachable(min(prefix, len(prompt) - 1), ctx)
         cached = self._cached(prompt, request.adapter_key, prefix) if self.cache is not None else None
@@ -968,7 +986,7 @@ class Scheduler:
             fork.ledger.mirror(slot.ledger)
             fork.prefill_at = len(request.prompt)
             if request.keep_prompt_logits:
-                request.prompt_logits = slot.request.prompt_logits  # type: ignore[union-attr]
+                request.prompt_logits = slot.serving.prompt_logits
             request.state = RequestState.RUNNING
             if not self._plain and not request.media:
                 self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)

@@ -345,7 +345,8 @@ class SpeculativeStep:
     def _capture(self, seq_id: int, state: _Sequence) -> None:
         """Save the recurrent part of the sequence's state before a draft too long to roll back natively."""
         t0 = time.perf_counter()
-        state.checkpoint = self.ctx.seq_state(seq_id, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)  # type: ignore[union-attr]
+        assert self.ctx is not None  # given whenever rollback_states is
+        state.checkpoint = self.ctx.seq_state(seq_id, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
         stats = state.stats
         stats.seconds["checkpoint_capture"] += time.perf_counter() - t0
         stats.counts["checkpoint_captures"] += 1
@@ -366,6 +367,7 @@ class SpeculativeStep:
                 state.asked = False
                 self.engine.accept(0, seq_id)
             return [Sampled(token, rows[-1], raw)], len(fed), []
+        assert state is not None  # a draft is only made for a sequence the step knows
         t0 = time.perf_counter()
         first = len(fed) - len(draft) - 1  # the row of the last pending token
         history = sampler.history
@@ -382,7 +384,7 @@ class SpeculativeStep:
                     history.append(token)
                     pushed += 1
         finally:
-            if pushed:
+            if pushed and history is not None:
                 history.n -= pushed  # the scheduler adds what it hands out
         n_accepted = len(samples) - 1
         checkpoint, state.checkpoint = state.checkpoint, None

@@ -19,7 +19,7 @@ import os
 import threading
 import warnings
 from importlib import metadata
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 import attrs
 import pluggy
@@ -31,7 +31,14 @@ GROUP = hookspecs.PROJECT
 DISABLE_ENV = "LLAMA_CPP_DISABLE_PLUGIN_AUTOLOAD"
 ALLOW_ENV = "LLAMA_CPP_PLUGINS"
 
-R = TypeVar("R")
+class _Named(Protocol):
+    """What every record has: the name users choose it by."""
+
+    @property
+    def name(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Named)
 
 # record type -> (hook name, what users call it)
 _KINDS: dict[type, tuple[str, str]] = {

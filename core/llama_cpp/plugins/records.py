@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 
-def _valid_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+def _valid_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not value or value != value.strip():
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be a non-empty name, got {value!r}")
 
