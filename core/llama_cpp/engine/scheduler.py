@@ -576,8 +576,9 @@ class Scheduler:
             self.step.rollback(slot.seq_id, 0)
 
     def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
-        """With logits_all: the rows of the tokens just decoded go into the ledger's scores."""
-        request, ledger = slot.serving, slot.ledger
+        """With logits_all: the rows of the tokens just decoded go into the ledger's scores (also when the
+        request has just been released: the rows are in memory all the same)."""
+        request, ledger = slot.request, slot.ledger
         if request is not None and not request.keep_scores:
             return
         scores = ledger.keep_scores(self.ctx.n_ctx_seq, self.model.n_vocab)
