@@ -362,3 +362,22 @@ def test_tokens_sent_into_a_generator_reach_the_hooks(tiny_model_path: Path) -> 
         gen.send(extra)
         gen.close()
         assert seen[-1] == [*prompt, first, *extra]  # what the sequence holds, sent tokens included
+
+
+def test_one_seed_rule_for_the_choices_of_a_prompt() -> None:
+    """Choice j samples with seed + j (32-bit), in the library and the server alike; no seed, a random seed
+    and choice 0 stay as they are."""
+    from llama_cpp.engine.normalize import choice_seed
+    from llama_cpp_server.requests import chat_arguments
+    from llama_cpp_server.schemas import ChatRequest
+
+    assert [choice_seed(7, j) for j in range(3)] == [7, 8, 9]
+    assert choice_seed(0xFFFFFFFE, 2) == 0
+    assert {choice_seed(None, 2), choice_seed(-1, 2), choice_seed(0xFFFFFFFF, 2)} == {None, -1, 0xFFFFFFFF}
+
+    class Vocab:
+        def n_vocab(self) -> int:
+            return 100
+
+    body = ChatRequest(messages=[{"role": "user", "content": "hi"}], n=3, seed=41)
+    assert [c["seed"] for c in chat_arguments(body, Vocab(), "m", "")] == [41, 42, 43]

@@ -20,9 +20,9 @@ from ._text import StopScanner
 from .engine import Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
 from .engine.policy import check_priority, check_tenant, current_tags
-from .engine.normalize import choice_count, new_token_limit, prompt_list, stop_list, text_prompt_tokens
+from .engine.normalize import choice_count, choice_seed, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
-from .sampling import LLAMA_DEFAULT_SEED, sampling_arguments
+from .sampling import sampling_arguments
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -237,9 +237,8 @@ class CompletionAPI:
             budget = new_token_limit(max_tokens, len(item.tokens), limit)
             leader: Request | None = None
             for j in range(n):
-                seed_j = params.seed if j == 0 or params.seed == LLAMA_DEFAULT_SEED else (params.seed + j) & 0xFFFFFFFF
                 request = self._request(
-                    item.tokens, attrs.evolve(params, seed=seed_j), adapters, max_tokens=budget,
+                    item.tokens, attrs.evolve(params, seed=choice_seed(params.seed, j)), adapters, max_tokens=budget,
                     logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
                     keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
                     media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from llama_cpp.engine.normalize import choice_seed
 from llama_cpp.llama_grammar import LlamaGrammar
 
 from .errors import APIError
@@ -71,11 +72,7 @@ def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list
                   stop=body.stop, model=model, chat_template_kwargs=body.chat_template_kwargs,
                   add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill,
                   priority=body.priority, tenant=tenant)
-    calls = [kwargs]
-    seed = kwargs.get("seed")
-    for j in range(1, body.n):
-        calls.append({**kwargs, "seed": None if seed is None or seed < 0 else (seed + j) & 0xFFFFFFFF})
-    return calls
+    return [{**kwargs, "seed": choice_seed(kwargs.get("seed"), j)} for j in range(body.n)]
 
 
 def check_embedding_input(value: Any) -> None:

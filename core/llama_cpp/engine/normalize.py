@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from typing import Any, Sequence
 
+from ..sampling import LLAMA_DEFAULT_SEED
 from .media import MediaPrompt
 
 
@@ -134,6 +135,15 @@ def choice_count(n: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1 (the number of choices per prompt), got {n!r}")
     return n
+
+
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """The seed of choice ``index`` of one prompt: choice ``j`` samples with ``seed + j`` (wrapping at 32
+    bits), so that the choices differ and each repeats with the seed.  Choice 0, no seed (None: the
+    instance's) and a random seed (negative, or llama.cpp's ``LLAMA_DEFAULT_SEED``) stay as they are."""
+    if seed is None or index == 0 or seed < 0 or seed == LLAMA_DEFAULT_SEED:
+        return seed
+    return (seed + index) & 0xFFFFFFFF
 
 
 def new_token_limit(max_tokens: int | None, n_prompt: int, limit: int) -> int:
