@@ -111,7 +111,9 @@ class Scheduler:
         self.n_keep = n_keep
         self.logits_all = logits_all
         self.step: Step = step or PlainStep()
-        self._plain = type(self.step) is PlainStep  # the per-token path skips the protocol's calls
+        # the one special case of the plain step: the per-token path (fill and take) inlines it, saving two
+        # calls per token; everything else goes through the protocol whatever the step
+        self._plain = type(self.step) is PlainStep
         self._observes = self.step.observes_batches
         self._drafts = self.step.drafts
         self._is_eog = functools.partial(lib.llama_vocab_is_eog, model.vocab)  # no Python frame per token
@@ -567,13 +569,11 @@ class Scheduler:
         if incoming > limit:
             raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
         slot.ledger.shift(self.ctx, self.n_keep, incoming)
-        if not self._plain:  # positions moved: a step that mirrors the sequence starts over
-            self.step.rollback(slot.seq_id, 0)
+        self.step.rollback(slot.seq_id, 0)  # positions moved: a step that mirrors the sequence starts over
 
     def memory_changed(self, slot: Slot) -> None:
         """The slot's memory was replaced outside the ticks (state restored, reset): the step forgets it."""
-        if not self._plain:
-            self.step.rollback(slot.seq_id, 0)
+        self.step.rollback(slot.seq_id, 0)
 
     def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
         """With logits_all: the rows of the tokens just decoded go into the ledger's scores (also when the
@@ -588,7 +588,7 @@ class Scheduler:
     def _prompt_done(self, slot: Slot) -> None:
         request = slot.serving
         request.state = RequestState.RUNNING
-        if not self._plain and request.max_tokens > 0 and not request.media:
+        if request.max_tokens > 0 and not request.media:
             # (a drafter cannot see media: a request with media is not speculated)
             self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)
         if request.keep_prompt_logits and slot.ledger.scores is not None:
@@ -664,8 +664,7 @@ class Scheduler:
         with self._mutex:
             for slot, *_ in rows:
                 self.ctx.seq_rm(slot.seq_id, len(slot.ledger), -1)
-                if not self._plain:
-                    self.step.rollback(slot.seq_id, len(slot.ledger))
+                self.step.rollback(slot.seq_id, len(slot.ledger))
                 request = slot.request
                 if request is None:
                     continue
@@ -708,9 +707,8 @@ class Scheduler:
             first = request.first_token or end
             self.seconds_prompt += first - request.started
             self.seconds_generating += end - first
-        if not self._plain and request is not None:
-            self.step.end(slot.seq_id, request.n_generated)
         if request is not None:
+            self.step.end(slot.seq_id, request.n_generated)
             self._policy_finished(request)
         if self.cache is not None and request is not None and request.max_tokens > 0 and \
                 request.finish_reason != "error":  # (a stop string cancels: "abort", memory still consistent)
@@ -968,8 +966,7 @@ class Scheduler:
         if kept == 0:
             ledger.clear(ctx)
         ledger.adapters = request.adapter_key
-        if not self._plain:  # a step mirroring this sequence keeps only what it evaluated itself
-            self.step.rollback(slot.seq_id, 0 if copied else kept)
+        self.step.rollback(slot.seq_id, 0 if copied else kept)  # a mirroring step keeps what it evaluated
         return kept
 
     def _start_forks(self, slot: Slot) -> list[Slot]:
@@ -982,14 +979,13 @@ class Scheduler:
                 continue
             self.ctx.seq_rm(fork.seq_id, 0, -1)
             self.ctx.seq_cp(slot.seq_id, fork.seq_id)
-            if not self._plain:
-                self.step.rollback(fork.seq_id, 0)
+            self.step.rollback(fork.seq_id, 0)
             fork.ledger.mirror(slot.ledger)
             fork.prefill_at = len(request.prompt)
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.serving.prompt_logits
             request.state = RequestState.RUNNING
-            if not self._plain and not request.media:
+            if not request.media:
                 self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)
             started.append(fork)
         return started
