@@ -381,3 +381,16 @@ def test_one_seed_rule_for_the_choices_of_a_prompt() -> None:
 
     body = ChatRequest(messages=[{"role": "user", "content": "hi"}], n=3, seed=41)
     assert [c["seed"] for c in chat_arguments(body, Vocab(), "m", "")] == [41, 42, 43]
+
+
+def test_engine_stats_are_the_counters_taken_together(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=2, verbose=False) as llm:
+        before = llm.scheduler.stats()
+        assert (before.n_decodes, before.busy_per_decode, before.generated_tokens_per_second) == (0, 0.0, 0.0)
+        llm.create_completion(PROMPTS[:2], max_tokens=5, temperature=0.0, ignore_eos=True)
+        stats = llm.scheduler.stats()
+        n_prompt = sum(len(llm.tokenize(p.encode())) for p in PROMPTS[:2])
+    assert stats.n_generated_tokens == 10 and stats.n_prompt_tokens == n_prompt
+    assert stats.n_decodes >= 5 and 1.0 <= stats.busy_per_decode <= 2.0
+    assert (stats.busy_sequences, stats.waiting, stats.n_preemptions) == (0, 0, 0)
+    assert stats.generated_tokens_per_second > 0

@@ -7,7 +7,7 @@ requests processing and deferred (waiting for a sequence, in the engine or the s
 
 from __future__ import annotations
 
-from typing import Any
+from llama_cpp.engine.scheduler import EngineStats
 
 from .models import ModelPool
 
@@ -26,27 +26,24 @@ _METRICS = {
 }
 
 
-def _values(scheduler: Any, in_flight: int) -> dict[str, float]:
-    decodes = scheduler.n_decodes
-    busy = sum(1 for slot in scheduler.slots if scheduler.busy(slot))
-    prompt_s, predict_s = scheduler.seconds_prompt, scheduler.seconds_generating
+def _values(stats: EngineStats, in_flight: int) -> dict[str, float]:
     return {
-        "prompt_tokens_total": scheduler.n_prompt_tokens,
-        "prompt_seconds_total": prompt_s,
-        "tokens_predicted_total": scheduler.n_generated_tokens,
-        "tokens_predicted_seconds_total": predict_s,
-        "n_decode_total": decodes,
-        "n_busy_slots_per_decode": scheduler.n_sequences_decoded / decodes if decodes else 0.0,
-        "prompt_tokens_seconds": scheduler.n_prompt_tokens / prompt_s if prompt_s else 0.0,
-        "predicted_tokens_seconds": scheduler.n_generated_tokens / predict_s if predict_s else 0.0,
-        "requests_processing": busy,
-        "requests_deferred": max(0, in_flight - busy),
+        "prompt_tokens_total": stats.n_prompt_tokens,
+        "prompt_seconds_total": stats.seconds_prompt,
+        "tokens_predicted_total": stats.n_generated_tokens,
+        "tokens_predicted_seconds_total": stats.seconds_generating,
+        "n_decode_total": stats.n_decodes,
+        "n_busy_slots_per_decode": stats.busy_per_decode,
+        "prompt_tokens_seconds": stats.prompt_tokens_per_second,
+        "predicted_tokens_seconds": stats.generated_tokens_per_second,
+        "requests_processing": stats.busy_sequences,
+        "requests_deferred": max(0, in_flight - stats.busy_sequences),
     }
 
 
 def render_metrics(pool: ModelPool) -> str:
     """The exposition text for every loaded model."""
-    samples = [(served.name, _values(served.llama.scheduler, served.in_flight)) for served in pool.loaded]
+    samples = [(served.name, _values(served.llama.scheduler.stats(), served.in_flight)) for served in pool.loaded]
     lines = []
     for name, (kind, help_text) in _METRICS.items():
         lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}"]

@@ -22,12 +22,13 @@ from .model import Model
 from .request import Request, RequestState, TokenEvent
 from .scope import RequestScope
 from .sampler import SequenceSampler
-from .scheduler import Scheduler
+from .scheduler import EngineStats, Scheduler
 from .step import PlainStep, Sampled, Step
 
 __all__ = [
     "BatchBuilder",
     "Context",
+    "EngineStats",
     "Ledger",
     "Model",
     "PlainStep",

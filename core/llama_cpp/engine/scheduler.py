@@ -30,6 +30,7 @@ import time
 import warnings
 from typing import Any, Iterator, NamedTuple, Sequence
 
+import attrs
 import numpy as np
 
 from llama_cpp_native import lib
@@ -85,6 +86,36 @@ class BatchRow(NamedTuple):
     fed: list[int]  # the tokens decoded
     rows: list[int]  # their rows in the batch
     prefill: bool  # prompt tokens (else the step's: the pending token and any draft)
+
+
+@attrs.frozen
+class EngineStats:
+    """The scheduler's counters at one moment (``Scheduler.stats()``): what a server's metrics and the
+    benchmarks read, taken together under the engine's lock."""
+
+    n_decodes: int  # llama_decode calls (embeddings included)
+    n_tokens_decoded: int  # batch rows decoded
+    n_sequences_decoded: int  # sequences served, summed over decodes
+    n_prompt_tokens: int  # prompt tokens evaluated (not reused from a prefix, a fork or a cache)
+    n_generated_tokens: int  # tokens handed to requests
+    n_media_evaluated: int  # media chunks put into memory
+    n_preemptions: int  # running requests suspended for more urgent ones
+    seconds_prompt: float  # admission to first token, summed over finished requests
+    seconds_generating: float  # first token to the end, summed over finished requests
+    busy_sequences: int  # sequences serving a request now
+    waiting: int  # requests waiting for a sequence now (suspended ones included)
+
+    @property
+    def busy_per_decode(self) -> float:
+        return self.n_sequences_decoded / self.n_decodes if self.n_decodes else 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return self.n_prompt_tokens / self.seconds_prompt if self.seconds_prompt else 0.0
+
+    @property
+    def generated_tokens_per_second(self) -> float:
+        return self.n_generated_tokens / self.seconds_generating if self.seconds_generating else 0.0
 
 
 class _Outcome:
@@ -152,6 +183,17 @@ class Scheduler:
         self.n_preemptions = 0  # running requests suspended for more urgent ones (each resumes later)
         self.seconds_prompt = 0.0  # from admission to the first token, summed over finished requests
         self.seconds_generating = 0.0  # from the first token to the end, summed over finished requests
+
+    def stats(self) -> EngineStats:
+        """The counters, taken together."""
+        with self._mutex:
+            return EngineStats(
+                n_decodes=self.n_decodes, n_tokens_decoded=self.n_tokens_decoded,
+                n_sequences_decoded=self.n_sequences_decoded, n_prompt_tokens=self.n_prompt_tokens,
+                n_generated_tokens=self.n_generated_tokens, n_media_evaluated=self.n_media_evaluated,
+                n_preemptions=self.n_preemptions, seconds_prompt=self.seconds_prompt,
+                seconds_generating=self.seconds_generating, busy_sequences=sum(map(self.busy, self.slots)),
+                waiting=len(self.waiting))
 
     # -- the callers' side ------------------------------------------------------------------
     def submit(self, request: Request) -> None:
