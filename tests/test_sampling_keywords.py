@@ -132,3 +132,12 @@ def test_unknown_sampling_keyword_is_a_type_error(tiny_model_path: Path) -> None
     with Llama(str(tiny_model_path), n_ctx=256, verbose=False) as llm:
         with pytest.raises(TypeError, match="presense_penalty"):
             llm.create_completion("hi", presense_penalty=1.0)  # type: ignore[call-arg]
+
+
+def test_the_servers_sampler_fields_are_the_records_fields() -> None:
+    """The server's request bodies take every sampling field of the record, and no other (both ways)."""
+    from llama_cpp_server.schemas import SamplerFields
+
+    fields = set(SamplerFields.model_fields)
+    assert set(SAMPLING_FIELDS) - fields == set(), "sampling fields the server's bodies do not take"
+    assert fields - set(SAMPLING_FIELDS) - {"samplers", "extra_samplers"} == set(), "fields the record does not know"

@@ -275,6 +275,19 @@ def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[Sa
     return chosen, finals
 
 
+def _build(stage: SamplerStage, ctx: ChainContext) -> list[Any]:
+    """The samplers ``stage`` builds for ``ctx``.  A stage that rejects the request's values by failing on
+    them (a string where it wants a number, in ``extra``) is the request's error: a ValueError naming the
+    stage, which a server answers with a 400, not a crash of its own."""
+    try:
+        return list(stage.build(ctx) or ())
+    except ValueError:
+        raise
+    except (TypeError, KeyError, IndexError) as exc:
+        raise ValueError(f"sampler stage {stage.name!r} could not use this request's parameters: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
@@ -289,13 +302,13 @@ class SamplerChain:
         try:
             filters, finals = _ordered_stages(ctx.params)
             for stage in filters:
-                built = list(stage.build(ctx) or ())
+                built = _build(stage, ctx)
                 for smpl in built:
                     lib.llama_sampler_chain_add(self.ptr, smpl)
                 if built:
                     self.active.append(stage.name)
             for stage in finals:
-                built = list(stage.build(ctx) or ())
+                built = _build(stage, ctx)
                 if built:
                     for smpl in built:
                         lib.llama_sampler_chain_add(self.ptr, smpl)

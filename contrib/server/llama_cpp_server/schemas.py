@@ -63,6 +63,8 @@ class SamplerFields(_Body):
     reasoning_budget_message: str | None = None
     reasoning_start_in_prompt: bool | None = None
     reasoning_start_max_tokens: int | None = None
+    use_infill: bool | None = None
+    extra: dict[str, Any] | None = Field(None, description="parameters of plugin sampler stages, by name")
     seed: int | None = None
     samplers: list[str] | None = None
     extra_samplers: list[str] | None = None
