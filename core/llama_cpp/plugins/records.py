@@ -7,9 +7,14 @@ core owns these contracts; plugins only fill them in.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import attrs
+
+if TYPE_CHECKING:  # the contracts the factories build (their modules import this one at run time)
+    from ..engine.policy import Policy
+    from ..llama_speculative import LlamaSpecEngine
+    from ..sampling import ChainContext
 
 
 def _valid_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -31,7 +36,7 @@ class SamplerStage:
     """
 
     name: str = attrs.field(validator=_valid_name)
-    build: Callable[[Any], Iterable[Any]]
+    build: Callable[[ChainContext], Iterable[Any]]  # native llama_sampler * objects (cffi pointers)
     order: float = 0.0
     default: bool = True
     final: bool = False
@@ -62,7 +67,7 @@ class SpeculativeEngine:
     :class:`llama_cpp.llama_speculative.LlamaSpecEngine`."""
 
     name: str = attrs.field(validator=_valid_name)
-    factory: Callable[..., Any]
+    factory: Callable[..., LlamaSpecEngine]
     description: str = ""
 
 
@@ -71,7 +76,7 @@ class CacheStrategy:
     """A prompt cache: ``factory(**options)`` returns a cache object."""
 
     name: str = attrs.field(validator=_valid_name)
-    factory: Callable[..., Any]
+    factory: Callable[..., Any]  # any object with the seed's protocol (``in``, ``[]``) or a ``lookup``
     description: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -82,7 +87,7 @@ class SchedulingPolicy:
     (which waiting request takes a free sequence, which running one is preempted)."""
 
     name: str = attrs.field(validator=_valid_name)
-    factory: Callable[..., Any]
+    factory: Callable[..., Policy]
     description: str = ""
 
 
