@@ -90,10 +90,14 @@ def test_chat_requests_carry_priority_and_tenant_through_the_handler(tiny_model_
     policy = Noting()
     with Llama(str(tiny_model_path), n_ctx=512, verbose=False, chat_format="chatml", scheduling=policy) as llm:
         llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, priority=-3, tenant="bob")
+        for _chunk in llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, stream=True,
+                                                 priority=2, tenant="dave"):
+            pass
         with tagged(priority=7):
             llm.create_chat_completion([{"role": "user", "content": "hi"}], max_tokens=2, tenant="carol")
             llm.create_completion(PROMPT, max_tokens=2)
-    assert [(t.priority, t.tenant) for t in policy.admitted_tickets] == [(-3, "bob"), (7, "carol"), (7, "")]
+    assert [(t.priority, t.tenant) for t in policy.admitted_tickets] == [(-3, "bob"), (2, "dave"), (7, "carol"),
+                                                                          (7, "")]
 
 
 def test_policies_by_name_and_bad_choices(tiny_model_path: Path) -> None:

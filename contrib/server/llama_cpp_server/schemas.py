@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
+from llama_cpp.engine.policy import MAX_TENANT_LENGTH
 from pydantic import BaseModel, ConfigDict, Field
 
 Prompt = Union[str, list[str], list[int], list[list[int]]]
@@ -77,7 +78,7 @@ class _Generation(SamplerFields):
     n: int = Field(1, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = Field(None, max_length=256, description="the end user; with no API keys configured, the "
+    user: str | None = Field(None, max_length=MAX_TENANT_LENGTH, description="the end user; with no API keys configured, the "
                                                              "tenant a fair-share policy shares between")
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1, description="lower runs sooner, with a priority "
                                                                               "scheduling policy (vLLM's field)")

@@ -29,10 +29,6 @@ class RowMode(enum.Enum):
     LAST = "last"  # the last row only: a prompt's end, a plain decode step
     ALL = "all"  # every row: a draft being verified, logits_all, embeddings
 
-    def n_outputs(self, n_rows: int) -> int:
-        """How many logits rows ``n_rows`` tokens in this mode ask for."""
-        return n_rows if self is RowMode.ALL else int(self is RowMode.LAST and n_rows > 0)
-
 
 class BatchBuilder:
     """Rows of one ``llama_decode``: token, position, sequence id, and whether the row wants logits.

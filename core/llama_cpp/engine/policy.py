@@ -119,7 +119,10 @@ def check_priority(priority: object) -> int:
     return priority
 
 
+MAX_TENANT_LENGTH = 256  # characters of a tenant's name (the server's ``user`` field is held to it too)
+
+
 def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or len(tenant) > 256:
-        raise ValueError(f"tenant must be a string of at most 256 characters, got {tenant!r:.80}")
+    if not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH:
+        raise ValueError(f"tenant must be a string of at most {MAX_TENANT_LENGTH} characters, got {tenant!r:.80}")
     return tenant

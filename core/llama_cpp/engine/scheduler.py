@@ -576,7 +576,7 @@ class Scheduler:
                     fed, mode = self.step.feed(slot.seq_id, pending, room)
                 if self.logits_all:
                     mode = RowMode.ALL
-            wanted = mode.n_outputs(len(fed))
+            wanted = len(fed) if mode is RowMode.ALL else int(mode is RowMode.LAST)  # logits rows asked for
             if not fed or len(fed) > batch.capacity - batch.n or outputs + wanted > self.max_outputs:
                 continue
             outputs += wanted
@@ -770,12 +770,14 @@ class Scheduler:
         """Give waiting requests free slots in the policy's order, and suspend running ones where the
         policy makes room for more urgent ones (mutex held)."""
         waiting = self.waiting
-        if any(r.cancelled or r.state == RequestState.DONE for r in waiting):
-            for request in waiting:
-                if request.cancelled or request.state == RequestState.DONE:
-                    request.close_sampler()
-                    self._policy_finished(request)
-            live = [r for r in waiting if not (r.cancelled or r.state == RequestState.DONE)]
+        live = []
+        for request in waiting:
+            if request.cancelled or request.state == RequestState.DONE:
+                request.close_sampler()
+                self._policy_finished(request)
+            else:
+                live.append(request)
+        if len(live) != len(waiting):
             waiting.clear()
             waiting.extend(live)
         fresh: set[int] = set()  # arrivals admitted in this round: never suspended in it

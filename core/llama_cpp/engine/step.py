@@ -1,8 +1,8 @@
 """The step: what one running sequence feeds into a tick's decode, and what it takes out.
 
 The plain step decodes the last sampled token and samples the next one from
-its logits row (the scheduler inlines it on its per-token path).  A speculative step (``engine.speculative``) is the same seam
-with more in it: it proposes draft tokens after the pending ones, has them
+its logits row (the scheduler inlines it on its per-token path).  A
+speculative step (``engine.speculative``) is the same seam with more in it: it proposes draft tokens after the pending ones, has them
 decoded in the same batch with logits on every row, keeps what the
 sequence's own sampler agrees with and reports how many of the fed tokens
 stay in memory; the scheduler rolls the rest back.  The scheduler does not

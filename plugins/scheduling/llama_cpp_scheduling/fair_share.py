@@ -56,13 +56,15 @@ class FairSharePolicy(Policy):
         return {tenant: n / self.weight(tenant) for tenant, n in held.items()}
 
     def select(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
-        return self._next(waiting, running, self.seats(running))
+        self._observe(waiting, running)
+        return self._next(waiting, self.seats(running), self.usage(running, waiting))
 
     def preempt(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
+        self._observe(waiting, running)
         if not self.preemption:
             return None
         seats, usage = self.seats(running), self.usage(running, waiting)
-        claimant = self._next(waiting, running, seats).tenant
+        claimant = self._next(waiting, seats, usage).tenant
         holders = {t.tenant for t in running if t.preemptible and t.tenant != claimant}
         if not holders:
             return None
@@ -71,10 +73,9 @@ class FairSharePolicy(Policy):
             return None  # the move would leave the holder with fewer than the claimant: no gain, only churn
         return max((t for t in running if t.preemptible and t.tenant == holder), key=lambda t: t.arrival)
 
-    def _next(self, waiting: Sequence[Ticket], running: Sequence[Ticket], seats: dict[str, float]) -> Ticket:
+    @staticmethod
+    def _next(waiting: Sequence[Ticket], seats: dict[str, float], usage: dict[str, float]) -> Ticket:
         """The waiting ticket served next: its tenant's fewest seats, then least usage, then arrival."""
-        self._observe(waiting, running)
-        usage = self.usage(running, waiting)
         return min(waiting, key=lambda t: (seats.get(t.tenant, 0.0), usage[t.tenant], t.arrival))
 
     def finished(self, ticket: Ticket) -> None:

@@ -6,6 +6,7 @@ Proven by counting (decodes, prompt tokens, admissions), never by timing.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,22 +37,6 @@ def _text(chunks: Iterator[dict[str, Any]]) -> str:
     return "".join(c["choices"][0]["text"] for c in chunks)
 
 
-def _in_threads(calls: list[Any]) -> tuple[list[threading.Thread], list[Any], list[BaseException]]:
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = calls[i]()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    return threads, results, errors
-
-
 @pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 0.8, "seed": 1234}],
                          ids=["greedy", "seeded"])
 def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_path: Path,
@@ -65,22 +50,20 @@ def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_
     with Llama(model, n_ctx=1024, n_seq_max=2, n_threads=2, verbose=False, scheduling=policy) as llm:
         box.append(llm)
         scheduler = llm.scheduler
-        submitted: list[int] = []
+        decodes_before: dict[int, int] = {}  # arrival -> decodes done before the request was submitted
         submit = scheduler.submit
 
         def noting_submit(request: Any) -> None:
+            before = scheduler.n_decodes
             submit(request)
-            submitted.append(scheduler.n_decodes)
+            decodes_before[request.ticket.arrival] = before
 
         scheduler.submit = noting_submit  # type: ignore[method-assign]
         streams = [llm.create_completion(p, max_tokens=32, stream=True, priority=10, **sampling) for p in LOW]
         firsts = [next(s)["choices"][0]["text"] for s in streams]  # both low requests hold a sequence
-        threads, results, errors = _in_threads([
-            lambda p=p: llm.create_completion(p, max_tokens=32, priority=0, **sampling)["choices"][0]["text"]
-            for p in URGENT])
-        for t in threads:
-            t.join(timeout=600)
-        assert not errors
+        with ThreadPoolExecutor(len(URGENT)) as pool:
+            calls = [pool.submit(llm.create_completion, p, max_tokens=32, priority=0, **sampling) for p in URGENT]
+            results = [call.result(timeout=600)["choices"][0]["text"] for call in calls]
         texts = [first + _text(s) for first, s in zip(firsts, streams)]
         assert texts == [solo[p] for p in LOW]
         assert results == [solo[p] for p in URGENT]
@@ -89,8 +72,8 @@ def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_
         assert scheduler.n_prompt_tokens == sum(len(llm.tokenize(p.encode())) for p in LOW + URGENT)
         urgent = [a for a in policy.admissions if a[1] == 0]
         assert len(urgent) == 2
-        for (_arrival, _priority, _passed, decodes), at_submit in zip(urgent, submitted[2:]):
-            assert decodes - at_submit <= 1  # admitted in the tick after it arrived
+        for arrival, _priority, _passed, decodes in urgent:
+            assert decodes - decodes_before[arrival] <= 1  # admitted in the tick after it arrived
         resumed = [a for a in policy.admissions if a[1] == 10]
         assert len(resumed) == 4  # each low request: admitted, then resumed
 
