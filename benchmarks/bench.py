@@ -464,7 +464,7 @@ def fair_share_case(smol: Path) -> None:
         for _ in range(ROUNDS):
             for name, llm in llms.items():
                 rates[name].append(tenant_workload_tps(llm))
-        preemptions = llms["fair-share"].scheduler.n_preemptions
+        preemptions = llms["fair-share"].scheduler.counters.n_preemptions
     finally:
         for llm in llms.values():
             llm.close()

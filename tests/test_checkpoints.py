@@ -23,9 +23,9 @@ PROMPT = "The quick brown fox jumps over the lazy dog. " * 6
 
 def _greedy(llm: Llama, prompt: Any, n: int = 12) -> tuple[str, int]:
     """(greedy text, prompt tokens the engine evaluated for it)."""
-    before = llm.scheduler.n_prompt_tokens
+    before = llm.scheduler.counters.n_prompt_tokens
     text = llm.create_completion(prompt, max_tokens=n, temperature=0)["choices"][0]["text"]
-    return text, llm.scheduler.n_prompt_tokens - before
+    return text, llm.scheduler.counters.n_prompt_tokens - before
 
 
 @pytest.fixture(scope="module")

@@ -88,10 +88,10 @@ EVERY_POOLING_AND_NORMALIZE = [(pooling, normalize) for pooling in ("mean", "cls
 def test_equal_to_llama_embedding(minilm_by_pooling, minilm_model_path, pooling, normalize):
     theirs = llama_embedding(minilm_model_path, SENTENCES, normalize=normalize, pooling=pooling)
     llm = minilm_by_pooling(pooling)
-    decodes = llm.scheduler.n_decodes
+    decodes = llm.scheduler.counters.n_decodes
     ours = np.asarray(llm.embed(SENTENCES, normalize=normalize))
     _assert_close(ours, theirs, normalize)
-    assert llm.scheduler.n_decodes - decodes == _decodes_needed(llm, SENTENCES) >= 2
+    assert llm.scheduler.counters.n_decodes - decodes == _decodes_needed(llm, SENTENCES) >= 2
 
 
 def _decodes_needed(llm, texts) -> int:
@@ -245,7 +245,7 @@ def test_packing_follows_idle_sequences_and_batch(minilm_model_path):
         texts = ["one two three"] * 7 + [" ".join(["word"] * 50)]  # 5 tokens each, then 52
         vectors = llm.embed(texts)
         # 4 inputs (20 tokens); 3 (15: the 52 do not fit after them); the long one alone
-        assert (llm.scheduler.n_decodes, llm.scheduler.n_tokens_decoded) == (3, 7 * 5 + 52)
+        assert (llm.scheduler.counters.n_decodes, llm.scheduler.counters.n_tokens_decoded) == (3, 7 * 5 + 52)
     assert all(v == pytest.approx(vectors[0], abs=1e-5) for v in vectors[:7])
 
 

@@ -59,10 +59,10 @@ def test_eight_threads_each_get_their_solo_text(which: str, tiny_model_path: Pat
     with Llama(str(path), n_ctx=2048, n_seq_max=8, n_threads=2, verbose=False) as llm:
         solo = [_text(llm, p, max_tokens=24) for p in PROMPTS]
         llm.reset()
-        decodes = llm.scheduler.n_decodes
+        decodes = llm.scheduler.counters.n_decodes
         together = _concurrently([lambda p=p: _text(llm, p, max_tokens=24) for p in PROMPTS])
         assert together == solo
-        assert llm.scheduler.n_decodes - decodes < 8 * 24 // 2  # batched, not one decode per token
+        assert llm.scheduler.counters.n_decodes - decodes < 8 * 24 // 2  # batched, not one decode per token
 
 
 def test_prompt_list_and_n_choices(tiny_model_path: Path) -> None:
@@ -70,10 +70,10 @@ def test_prompt_list_and_n_choices(tiny_model_path: Path) -> None:
     with Llama(str(tiny_model_path), n_ctx=6 * 256, n_seq_max=6, n_threads=2, verbose=False) as llm:
         solo = {p: _text(llm, p, max_tokens=12, ignore_eos=True) for p in (a, b)}
         llm.reset()
-        before = llm.scheduler.n_prompt_tokens
+        before = llm.scheduler.counters.n_prompt_tokens
         out = llm.create_completion(prompt=[a, b], n=3, temperature=0.0, max_tokens=12, ignore_eos=True)
         n_prompt = len(llm.tokenize(a.encode())) + len(llm.tokenize(b.encode()))
-        assert llm.scheduler.n_prompt_tokens - before == n_prompt  # each prompt once, not once per choice
+        assert llm.scheduler.counters.n_prompt_tokens - before == n_prompt  # each prompt once, not once per choice
         assert [c["index"] for c in out["choices"]] == list(range(6))
         assert [c["text"] for c in out["choices"]] == [solo[a]] * 3 + [solo[b]] * 3
         assert out["usage"]["prompt_tokens"] == n_prompt
@@ -125,13 +125,13 @@ def test_continuous_batching_admits_a_request_while_others_run(tiny_model_path: 
                 log.append(("late", 5))
             stream.close()
 
-        decodes = llm.scheduler.n_decodes
-        generated = llm.scheduler.n_generated_tokens
+        decodes = llm.scheduler.counters.n_decodes
+        generated = llm.scheduler.counters.n_generated_tokens
         _concurrently([lambda i=i: long_stream(i) for i in range(4)] + [late])
         kinds = [kind for kind, _ in log]
         assert kinds.index("late") < kinds.index("finish")  # the 5th joined before any of the 4 ended
-        n_decodes = llm.scheduler.n_decodes - decodes
-        n_tokens = llm.scheduler.n_generated_tokens - generated
+        n_decodes = llm.scheduler.counters.n_decodes - decodes
+        n_tokens = llm.scheduler.counters.n_generated_tokens - generated
         assert n_tokens >= 4 * 150
         assert n_decodes < n_tokens / 2  # several sequences per decode
 
@@ -262,9 +262,9 @@ def test_sequence_snapshot_and_restore(tiny_model_path: Path) -> None:
         llm.reset()
         llm.restore_sequence(snapshot, seq_id=1)
         assert llm.eval_tokens == tokens
-        decoded = llm.scheduler.n_prompt_tokens
+        decoded = llm.scheduler.counters.n_prompt_tokens
         assert _text(llm, "Once upon a time there was a", max_tokens=8) == expected
-        assert llm.scheduler.n_prompt_tokens - decoded == 1  # only the new token: the snapshot was reused
+        assert llm.scheduler.counters.n_prompt_tokens - decoded == 1  # only the new token: the snapshot was reused
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

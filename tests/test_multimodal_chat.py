@@ -66,7 +66,10 @@ def assert_llama_mtmd_cli_agrees(ours: bytes, paths: tuple[Path, Path], media: l
                                  extra: list[str] | None = None) -> None:
     """llama-mtmd-cli, asked for more tokens than we generated, begins with our tokens' bytes (asking for
     more keeps the comparison whole when the tool's logging thread loses its last lines at exit)."""
-    theirs = llama_mtmd_cli(*paths, media, prompt, N_PREDICT + 16, extra=extra, complete=False)
+    for _attempt in range(3):  # a run whose logging lost more than the 16 spare tokens is asked again
+        theirs = llama_mtmd_cli(*paths, media, prompt, N_PREDICT + 16, extra=extra, complete=False)
+        if len(theirs) > len(ours):
+            break
     assert len(theirs) > len(ours) and theirs[:len(ours)] == ours
 
 
@@ -89,7 +92,7 @@ def test_greedy_tokens_after_media_equal_llama_mtmd_cli(tiny_mtmd_model: Callabl
     with open_llama(paths) as llm:
         tokens = greedy_chat(llm, [{"role": "user", "content": content_of(prompt, files)}])
         ours = pieces(llm, tokens)
-        assert llm.scheduler.n_media_evaluated >= len(files)
+        assert llm.scheduler.counters.n_media_evaluated >= len(files)
     assert len(tokens) == N_PREDICT
     assert_llama_mtmd_cli_agrees(ours, paths, files, prompt)
 

@@ -60,7 +60,7 @@ def test_generic_handler_through_mmproj_path(tiny_mtmd_model: Paths, image_dir: 
     )
     print(response["choices"][0]["message"]["content"])
     assert response["choices"][0]["message"]["role"] == "assistant"
-    assert llm.scheduler.n_media_evaluated == 1
+    assert llm.scheduler.counters.n_media_evaluated == 1
     llm.close()
 
 

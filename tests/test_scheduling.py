@@ -155,7 +155,7 @@ def test_a_suspended_request_that_is_cancelled_is_freed(tiny_model_path: Path) -
             "urgent", max_tokens=2, priority=0)))
         urgent.start()
         urgent.join(timeout=600)
-        assert llm.scheduler.n_preemptions == 1 and done
+        assert llm.scheduler.counters.n_preemptions == 1 and done
         low.close()  # still suspended: never resumed
         assert llm.create_completion(PROMPT, max_tokens=2)["choices"][0]["finish_reason"] == "length"
         assert not llm.scheduler.waiting

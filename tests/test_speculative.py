@@ -225,7 +225,7 @@ def test_concurrent_requests_draft_and_verify_per_sequence(smollm2_model_path: P
 
     spy = Spy(create_spec_engine({"spec_type": "ngram-mod"}))
     llm = Llama(str(smollm2_model_path), n_ctx=2048, n_seq_max=4, n_threads=2, verbose=False, speculative=spy)
-    decodes = llm.scheduler.n_decodes
+    decodes = llm.scheduler.counters.n_decodes
     results = _greedy_together(llm, prompts, 48)
     # near-ties of batched numerics on a quantized model may move a token: compare where they agree
     agree = sum(r == e for r, e in zip(results, expected))
@@ -233,7 +233,7 @@ def test_concurrent_requests_draft_and_verify_per_sequence(smollm2_model_path: P
     assert len(spy.records) >= 2  # several sequences drafted
     assert sum(a for s in spy.records for a, _d in spy.steps(s)) > 40
     # drafts of several sequences verified together: far fewer decodes than generated tokens
-    assert llm.scheduler.n_decodes - decodes < 4 * 48 / 2
+    assert llm.scheduler.counters.n_decodes - decodes < 4 * 48 / 2
     llm.close()
 
 
@@ -253,9 +253,9 @@ def test_prefix_reuse_keeps_working_with_speculation(smollm2_model_path: Path) -
     llm = Llama(str(smollm2_model_path), n_ctx=1024, n_threads=2, verbose=False,
                 speculative=SpecConfig(spec_type="ngram-map-k"))
     first = llm.create_completion(CODE_PROMPT, max_tokens=16, temperature=0.0)
-    evaluated = llm.scheduler.n_prompt_tokens
+    evaluated = llm.scheduler.counters.n_prompt_tokens
     second = llm.create_completion(CODE_PROMPT + first["choices"][0]["text"] + "\n", max_tokens=16, temperature=0.0)
-    assert llm.scheduler.n_prompt_tokens - evaluated < 8  # only the new suffix was evaluated
+    assert llm.scheduler.counters.n_prompt_tokens - evaluated < 8  # only the new suffix was evaluated
     assert second["usage"]["completion_tokens"] == 16
     assert llm.last_speculative_stats["accepted"] > 0
     llm.close()

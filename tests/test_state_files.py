@@ -68,10 +68,10 @@ def test_a_session_continues_with_identical_greedy_text(session: tuple[Path, str
         llm.load_session(path)
         prompt = llm.tokenize(PROMPT.encode())
         assert len(restored_states) == 1 and llm.eval_tokens[:len(prompt)] == prompt
-        evaluated = llm.scheduler.n_prompt_tokens
+        evaluated = llm.scheduler.counters.n_prompt_tokens
         assert _greedy(llm, PROMPT + first) == expected
         reply = len(llm.tokenize((PROMPT + first).encode())) - len(llm.tokenize(PROMPT.encode()))
-        assert llm.scheduler.n_prompt_tokens - evaluated <= reply + 1  # the prompt came from the file
+        assert llm.scheduler.counters.n_prompt_tokens - evaluated <= reply + 1  # the prompt came from the file
 
 
 def test_the_file_is_what_docs_caches_md_says(session: tuple[Path, str, str]) -> None:

@@ -39,7 +39,7 @@ from .engine.origin import state_origin
 from .engine.policy import Policy
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
 from .engine.sampler import chain_context
-from .engine.scheduler import Slot
+from .engine.slot import Slot
 from .engine.speculative import SpeculativeStep, empty_stats
 from .sampling import LLAMA_DEFAULT_SEED, SamplerChain, SamplingParams, normalize_seed, sampling_arguments
 
@@ -758,10 +758,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
         """Forget the evaluated tokens: the memory of every sequence no generation is using is cleared."""
         scheduler = self._live_scheduler()
         with scheduler.exclusive():
-            for slot in scheduler.slots:
-                if not scheduler.busy(slot):
-                    slot.ledger.clear(scheduler.ctx)
-                    scheduler.memory_changed(slot)
+            scheduler.clear_idle()
 
     def set_seed(self, seed: int) -> None:
         self._seed = normalize_seed(seed)
@@ -792,18 +789,10 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             if any(scheduler.busy(slot) for slot in scheduler.slots):
                 raise RuntimeError("load_state replaces the whole context, and a generation is running on it; "
                                    "finish or close it first")
-            read = scheduler.ctx.set_state(data)
-            for slot in scheduler.slots:  # what the other sequences hold now is unknown: never reused
-                slot.ledger.tokens = []
-                slot.ledger.checkpoints = []
-                scheduler.memory_changed(slot)
+            read = scheduler.load_state(data, state.input_ids[: state.n_tokens], state.adapters, state.checkpoints)
             if read != len(data):
                 raise RuntimeError(f"llama.cpp did not accept the saved state ({read} of {len(data)} bytes read); "
                                    "was it saved from another model or context size?")
-            ledger = scheduler.current.ledger
-            ledger.tokens = [int(t) for t in state.input_ids[: state.n_tokens]]
-            ledger.adapters = state.adapters
-            ledger.checkpoints = [c for c in state.checkpoints if c.n_tokens <= len(ledger.tokens)]
         self._seed = state.seed
 
     def snapshot_sequence(self, seq_id: int | None = None) -> SequenceSnapshot:
@@ -819,9 +808,7 @@ class Llama(ChatAPI, CompletionAPI, EmbeddingAPI, Closing):
             slot = self._slot(seq_id)
             if scheduler.busy(slot):
                 raise RuntimeError(f"sequence {slot.seq_id} is in use by a running generation")
-            scheduler.memory_changed(slot)
-            slot.ledger.restore(scheduler.ctx, snapshot)
-            scheduler.current = slot
+            scheduler.restore_sequence(slot, snapshot)
 
     def save_session(self, path: str | Path, seq_id: int | None = None) -> None:
         """Write one sequence (default: the current one) to ``path`` as a state file (docs/caches.md has

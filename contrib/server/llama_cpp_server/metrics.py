@@ -7,7 +7,7 @@ requests processing and deferred (waiting for a sequence, in the engine or the s
 
 from __future__ import annotations
 
-from llama_cpp.engine.scheduler import EngineStats
+from llama_cpp.engine import EngineStats
 
 from .models import ModelPool
 

@@ -9,7 +9,13 @@ The parts, one module each:
 - ``step``: what a running sequence feeds into a tick and takes out (the speculative seam);
 - ``request``: a generation as the scheduler sees it, and its token events;
 - ``normalize``: request normalisation shared by completion, chat and the server;
-- ``scheduler``: admission, batching, one ``llama_decode`` per tick, finishing.
+- ``policy``: the scheduling policy's contract (which request takes a sequence, which gives one up);
+- ``slot``: a sequence and its request, and the rows and plan a tick passes between its parts;
+- ``planner``: admission, prefix reuse, preemption, and each tick's plan;
+- ``runner``: executes a plan on the native context (media chunks, one ``llama_decode``);
+- ``update``: applies a decoded tick to ledgers, samplers, requests and counters;
+- ``stats``: the engine's counters;
+- ``scheduler``: the callers' side (submit, wait for tokens, cancel) and the tick that joins the three;
 - ``embedder``: embeddings over the same context, many inputs per decode, on idle sequences only.
 - ``scope``: the requests of one piece of work, held to its limits and cancelled together (a server).
 
@@ -20,14 +26,20 @@ from .context import BatchBuilder, Context, RowMode
 from .ledger import Ledger, SequenceSnapshot
 from .model import Model
 from .request import Request, RequestState, TokenEvent
-from .scope import RequestScope
+from .runner import ContextRunner, Decoded, Runner
 from .sampler import SequenceSampler
-from .scheduler import EngineStats, Scheduler
+from .scope import RequestScope
+from .scheduler import Scheduler
+from .slot import BatchRow, RowKind, Slot, TickPlan
+from .stats import EngineStats
 from .step import PlainStep, Sampled, Step
 
 __all__ = [
     "BatchBuilder",
+    "BatchRow",
     "Context",
+    "ContextRunner",
+    "Decoded",
     "EngineStats",
     "Ledger",
     "Model",
@@ -35,11 +47,15 @@ __all__ = [
     "Request",
     "RequestScope",
     "RequestState",
+    "RowKind",
     "RowMode",
+    "Runner",
     "Sampled",
     "Scheduler",
     "SequenceSampler",
     "SequenceSnapshot",
+    "Slot",
     "Step",
+    "TickPlan",
     "TokenEvent",
 ]

@@ -6,11 +6,11 @@ output, until the batch or the sequences run out; the batch is decoded and
 llama.cpp's pooled row of each sequence (or, without pooling, each token's
 row) is copied out.  The context is the one generation uses, so:
 
-- each decode runs under ``Scheduler.exclusive()`` (no tick meanwhile; a
-  generation on another thread gets its ticks between the decodes of a long
-  call) and takes only sequences no generation is using; their memory is
-  emptied before and after (a generation's sequences are never touched), and
-  the scheduler is told;
+- each decode runs on sequences the scheduler lends (``Scheduler.scratch()``:
+  no tick meanwhile, so a generation on another thread gets its ticks between
+  the decodes of a long call; only sequences no generation is using, emptied
+  before and after: a generation's sequences are never touched), through the
+  engine's runner;
 - the adapters are set to the default set, as for a request that names none.
 
 Models without a memory (BERT and other encoder-only models: llama.cpp
@@ -30,7 +30,8 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from .context import DECODE_ABORTED, RowMode
-from .scheduler import Scheduler, Slot
+from .scheduler import Scheduler
+from .slot import BatchRow, RowKind, Slot
 
 POOLING_NAMES = {-1: "unspecified", 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
@@ -87,82 +88,55 @@ class Embedder:
         pending = [i for i, tokens in enumerate(inputs) if len(tokens)]
         if not pending:
             return outputs
-        scheduler, ctx = self.scheduler, self.ctx
         at = 0
         while at < len(pending):
-            # one decode per hold of the context: a generation on another thread gets its tick in between
-            with scheduler.exclusive():
+            # one decode per loan of the sequences: a generation on another thread gets its tick in between
+            with self.scheduler.scratch() as scratch:
                 if at == 0:
-                    ctx.clear_abort()  # an abort() before this call was for the generations it flagged
-                adapters = scheduler.adapters
-                adapters.apply(ctx.ptr, adapters.default, None)
-                group: list[tuple[int, Slot, int, int]] = []
-                try:
-                    self._fill(inputs, pending, at, self._idle_slots(), group)
-                    rc = ctx.decode()
-                    scheduler.n_decodes += 1
-                    scheduler.n_tokens_decoded += ctx.batch.n
-                    if rc == DECODE_ABORTED:
-                        raise RuntimeError("the embedding was aborted (Llama.abort())")
-                    if rc != 0:
-                        raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {ctx.batch.n} tokens of "
-                                           f"{len(group)} inputs")
-                    self._read(group, outputs)
-                finally:
-                    for _index, slot, _first, _count in group:  # nothing of the inputs stays in memory
-                        slot.ledger.clear(ctx)
-                        scheduler.memory_changed(slot)
+                    self.ctx.clear_abort()  # an abort() before this call was for the generations it flagged
+                group = self._fill(inputs, pending[at:], scratch.slots)
+                rc = scratch.decode(group)
+                if rc == DECODE_ABORTED:
+                    raise RuntimeError("the embedding was aborted (Llama.abort())")
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {sum(len(r.fed) for r in group)} "
+                                       f"tokens of {len(group)} inputs")
+                self._read(group, [pending[at + k] for k in range(len(group))], outputs)
             at += len(group)
         return outputs
 
-    def _idle_slots(self) -> list[Slot]:
-        """The sequences no generation uses (the caller holds ``exclusive``): those holding nothing first,
-        then any but the current one (``eval`` continues it), least recently used first."""
-        scheduler = self.scheduler
-        idle = [slot for slot in scheduler.slots if not scheduler.busy(slot)]
-        if not idle:
-            raise RuntimeError(f"every sequence of this context (n_seq_max={len(scheduler.slots)}) is in use by "
-                               "a running generation; finish or close it first, or create the Llama with a larger "
-                               "n_seq_max")
-        current = scheduler.current
-        idle.sort(key=lambda slot: (len(slot.ledger) > 0, slot is current, slot.last_used))
-        return idle
-
-    def _fill(self, inputs: Sequence[Sequence[int]], pending: list[int], at: int, slots: list[Slot],
-              group: list[tuple[int, Slot, int, int]]) -> None:
-        """Write inputs ``pending[at:]`` into the batch while they fit, each into an emptied sequence of
-        ``slots``; ``group`` gets ``(input, slot, first row, rows)`` of each."""
-        batch, ctx, scheduler = self.ctx.batch, self.ctx, self.scheduler
-        batch.n = 0
-        while at < len(pending) and len(group) < len(slots):
-            index = pending[at]
-            tokens = inputs[index]
-            if batch.n + len(tokens) > self.tokens_per_decode:
+    def _fill(self, inputs: Sequence[Sequence[int]], pending: list[int], slots: list[Slot]) -> list[BatchRow]:
+        """Rows for the first inputs of ``pending`` that fit one decode, each into a sequence of ``slots``
+        from position 0, every row an output."""
+        rows: list[BatchRow] = []
+        used = 0
+        for index in pending[:len(slots)]:
+            tokens = list(inputs[index])
+            if used + len(tokens) > self.tokens_per_decode:
                 break
-            slot = slots[len(group)]
-            slot.ledger.clear(ctx)  # positions start at 0: nothing the sequence held may be attended to
-            scheduler.memory_changed(slot)
-            first = batch.add(tokens, 0, slot.seq_id, RowMode.ALL)
-            group.append((index, slot, first, len(tokens)))
-            at += 1
+            rows.append(BatchRow(slots[len(rows)], tokens, 0, used, RowMode.ALL, RowKind.PROMPT))
+            used += len(tokens)
+        return rows
 
-    def _read(self, group: list[tuple[int, Slot, int, int]], outputs: list[np.ndarray]) -> None:
-        """Copy the decoded rows of each input of ``group`` into ``outputs``."""
+    def _read(self, group: list[BatchRow], indices: list[int], outputs: list[np.ndarray]) -> None:
+        """Copy the decoded rows of each row group of ``group`` into ``outputs`` (``indices[i]``: the input
+        of ``group[i]``)."""
         ptr = self.ctx.ptr
         if self.pooling == lib.LLAMA_POOLING_TYPE_NONE:
-            n_rows = self.ctx.batch.n
+            n_rows = group[-1].first + len(group[-1].fed)
             base = lib.llama_get_embeddings(ptr)
             if base == ffi.NULL:
                 raise RuntimeError("llama.cpp returned no token embeddings (was the context made with "
                                    "embeddings=True?)")
             rows = np.frombuffer(ffi.buffer(base, n_rows * self.n_embd_out * 4), dtype=np.float32)
             rows = rows.reshape(n_rows, self.n_embd_out)
-            for index, _slot, first, count in group:
-                outputs[index] = rows[first:first + count].copy()
+            for index, row in zip(indices, group):
+                outputs[index] = rows[row.first:row.first + len(row.fed)].copy()
             return
         width = self.output_width
-        for index, slot, _first, _count in group:
-            row = lib.llama_get_embeddings_seq(ptr, slot.seq_id)
+        for index, batch_row in zip(indices, group):
+            seq_id = batch_row.slot.seq_id
+            row = lib.llama_get_embeddings_seq(ptr, seq_id)
             if row == ffi.NULL:
-                raise RuntimeError(f"llama.cpp returned no pooled embedding for sequence {slot.seq_id}")
+                raise RuntimeError(f"llama.cpp returned no pooled embedding for sequence {seq_id}")
             outputs[index] = np.frombuffer(ffi.buffer(row, width * 4), dtype=np.float32).copy()

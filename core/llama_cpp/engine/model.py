@@ -7,9 +7,10 @@ another runs a decode.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from llama_cpp_native import ffi, lib
 
@@ -19,13 +20,15 @@ from .._handles import NativeHandle
 class Model:
     """A loaded ``llama_model`` and its vocabulary, owned through ``handle``."""
 
-    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "_eog")
+    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "is_eog", "_eog")
 
     def __init__(self, handle: NativeHandle) -> None:
         self.handle = handle
         self.ptr = handle.ptr
         self.vocab = lib.llama_model_get_vocab(self.ptr)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
+        # whether a token ends a generation: the C call bound to the vocabulary (no Python frame per token)
+        self.is_eog: Callable[[int], bool] = functools.partial(lib.llama_vocab_is_eog, self.vocab)
         self._eog: list[int] | None = None
 
     @property
@@ -51,8 +54,7 @@ class Model:
     def eog_tokens(self) -> list[int]:
         """Every end-of-generation token (computed once: it scans the vocabulary)."""
         if self._eog is None:
-            vocab, is_eog = self.vocab, lib.llama_vocab_is_eog
-            self._eog = [t for t in range(self.n_vocab) if is_eog(vocab, t)]
+            self._eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
         return self._eog
 
     def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:

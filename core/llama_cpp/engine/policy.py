@@ -39,8 +39,8 @@ class Ticket:
     ``passed_over`` how many requests were admitted while it waited (what aging is measured in);
     ``preemptions`` how often it gave its sequence up.  ``preemptible`` is False for a running request the
     engine cannot suspend: one that continues its caller's sequence (``generate(reset=False)``, ``eval``),
-    one whose choices share its prompt, one that keeps every logits row, or any under a speculative step
-    (its drafter's state lives beside the sequence).
+    one whose choices share its prompt, one that keeps every logits row, or any under a step that drafts
+    (its drafter mirrors the sequence).
     """
 
     arrival: int

@@ -1,15 +1,14 @@
 """The step: what one running sequence feeds into a tick's decode, and what it takes out.
 
-The plain step decodes the last sampled token and samples the next one from
-its logits row (the scheduler inlines it on its per-token path).  A
-speculative step (``engine.speculative``) is the same seam with more in it: it proposes draft tokens after the pending ones, has them
-decoded in the same batch with logits on every row, keeps what the
-sequence's own sampler agrees with and reports how many of the fed tokens
-stay in memory; the scheduler rolls the rest back.  The scheduler does not
-know which kind of step it runs; it tells every step when a sequence starts
-and ends a request and when its memory is cut back; a step that ``drafts``
-is asked to ``prepare`` every running sequence's draft before a batch is
-filled, and one that ``observes_batches`` sees every decoded batch.
+The plain step decodes the last sampled token and samples the next one from its logits row.  A
+speculative step (``engine.speculative``) is the same seam with more in it: it proposes draft tokens
+after the pending ones, has them decoded in the same batch with logits on every row, keeps what the
+sequence's own sampler agrees with and reports how many of the fed tokens stay in memory; the engine
+rolls the rest back.  The engine does not know which kind of step it runs: the planner asks every step
+what a running sequence feeds (``feed``) and the update what it takes out (``take``); both tell every
+step when a sequence starts and ends a request and when its memory is cut back.  A step that ``drafts``
+is asked to ``prepare`` every running sequence's draft before a batch is packed, and one that
+``observes_batches`` sees every decoded batch.
 """
 
 from __future__ import annotations
@@ -77,11 +76,7 @@ class Step(Protocol):
 
 
 class PlainStep:
-    """One token per sequence per tick: decode the pending tokens, sample from the last row.
-
-    The scheduler inlines ``feed`` and ``take`` on its per-token path (two calls a token saved); it calls
-    the rest like any step's.
-    """
+    """One token per sequence per tick: decode the pending tokens, sample from the last row."""
 
     observes_batches = False
     drafts = False

@@ -71,12 +71,12 @@ def test_a_hit_continues_like_a_cold_run(n_seq_max: int, tiny_model_path: Path) 
                cache={"strategy": "ram", "capacity_bytes": 64 << 20}) as llm:
         assert llm.create_completion(prompt, max_tokens=12, temperature=0.0)["choices"][0]["text"] == first
         llm.reset()  # nothing left in the sequences: only the cache holds the prefix
-        evaluated = llm.scheduler.n_prompt_tokens
+        evaluated = llm.scheduler.counters.n_prompt_tokens
         again = llm.create_completion(prompt + first, max_tokens=12, temperature=0.0)["choices"][0]["text"]
         assert again == expected
         # the prompt's tokens came from the cache; the retokenized reply is evaluated
         reply_tokens = len(llm.tokenize((prompt + first).encode())) - len(llm.tokenize(prompt.encode()))
-        assert llm.scheduler.n_prompt_tokens - evaluated <= reply_tokens + 1
+        assert llm.scheduler.counters.n_prompt_tokens - evaluated <= reply_tokens + 1
         assert llm.cache.cache_size > 0
 
 
@@ -88,8 +88,8 @@ def test_the_second_turn_of_a_chat_hits_the_first(smollm2_model_path: Path) -> N
                     {"role": "user", "content": "Name three colors."}]
         reply = llm.create_chat_completion(messages, max_tokens=24, temperature=0.0)["choices"][0]["message"]
         llm.create_completion("Something else entirely, to overwrite the sequence.", max_tokens=4)
-        evaluated = llm.scheduler.n_prompt_tokens
+        evaluated = llm.scheduler.counters.n_prompt_tokens
         messages += [{"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "And two more?"}]
         out = llm.create_chat_completion(messages, max_tokens=8, temperature=0.0)
-        new = llm.scheduler.n_prompt_tokens - evaluated
+        new = llm.scheduler.counters.n_prompt_tokens - evaluated
         assert new < out["usage"]["prompt_tokens"] // 2, (new, out["usage"])

@@ -62,11 +62,11 @@ def test_a_hit_continues_like_a_cold_run_and_a_new_llama_hits_the_files(
         assert _greedy(llm, PROMPT) == first
         assert len(list(tmp_path.glob("*.llseq"))) == 1 and not restored_states
     with _llama(tiny_model_path, _disk(tmp_path)) as again:  # a new Llama, a new cache object: only the files
-        evaluated = again.scheduler.n_prompt_tokens
+        evaluated = again.scheduler.counters.n_prompt_tokens
         assert _greedy(again, PROMPT + first) == expected
         assert len(restored_states) == 1
         reply = len(again.tokenize((PROMPT + first).encode())) - len(again.tokenize(PROMPT.encode()))
-        assert again.scheduler.n_prompt_tokens - evaluated <= reply + 1
+        assert again.scheduler.counters.n_prompt_tokens - evaluated <= reply + 1
         assert again.cache.cache_size == sum(p.stat().st_size for p in tmp_path.glob("*.llseq"))
 
 
@@ -88,7 +88,7 @@ def test_the_second_turn_of_a_chat_hits_the_first(tiny_model_factory: Callable[.
     with _llama(model, _disk(tmp_path)) as llm:  # a new Llama: the first turn is only in the files
         out = turn(llm, second)
         assert out["choices"][0]["message"] == expected
-        assert llm.scheduler.n_prompt_tokens < out["usage"]["prompt_tokens"] // 2, out["usage"]
+        assert llm.scheduler.counters.n_prompt_tokens < out["usage"]["prompt_tokens"] // 2, out["usage"]
 
 
 def test_capacity_holds_and_the_least_recently_used_files_go(tmp_path: Path) -> None:

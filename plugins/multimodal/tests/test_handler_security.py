@@ -87,11 +87,11 @@ def assert_idle(llm: Llama) -> None:
 def assert_still_serves(llm: Llama, valid: dict[str, Any]) -> None:
     """The Llama that refused a request answers a valid one in full, its media evaluated, and is idle after."""
     assert_idle(llm)
-    evaluated = llm.scheduler.n_media_evaluated
+    evaluated = llm.scheduler.counters.n_media_evaluated
     reply = ask(llm, valid)
     assert reply["choices"][0]["finish_reason"] == "length"
     assert reply["usage"]["completion_tokens"] == N_TOKENS
-    assert llm.scheduler.n_media_evaluated == evaluated + 1
+    assert llm.scheduler.counters.n_media_evaluated == evaluated + 1
     assert_idle(llm)
 
 
@@ -143,7 +143,7 @@ def test_a_private_address_is_fetched_when_the_policy_allows_it(server: Any, tin
         reply = ask(llm, image(f"{server.url}/png"))
         assert server.requests[-1][0] == "/png"
         assert reply["usage"]["completion_tokens"] == N_TOKENS
-        assert llm.scheduler.n_media_evaluated == 1  # the served PNG went through mtmd into the sequence
+        assert llm.scheduler.counters.n_media_evaluated == 1  # the served PNG went through mtmd into the sequence
         assert_idle(llm)
 
 

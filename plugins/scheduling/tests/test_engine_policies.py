@@ -30,7 +30,7 @@ class RecordingPriority(PriorityPolicy):
 
     def admitted(self, ticket: Ticket) -> None:
         self.admissions.append((ticket.arrival, ticket.priority, ticket.passed_over,
-                                self.box[0].scheduler.n_decodes))
+                                self.box[0].scheduler.counters.n_decodes))
 
 
 def _text(chunks: Iterator[dict[str, Any]]) -> str:
@@ -54,7 +54,7 @@ def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_
         submit = scheduler.submit
 
         def noting_submit(request: Any) -> None:
-            before = scheduler.n_decodes
+            before = scheduler.counters.n_decodes
             submit(request)
             decodes_before[request.ticket.arrival] = before
 
@@ -67,9 +67,9 @@ def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_
         texts = [first + _text(s) for first, s in zip(firsts, streams)]
         assert texts == [solo[p] for p in LOW]
         assert results == [solo[p] for p in URGENT]
-        assert scheduler.n_preemptions == 2
+        assert scheduler.counters.n_preemptions == 2
         # every prompt evaluated once: the low requests resumed from their snapshots
-        assert scheduler.n_prompt_tokens == sum(len(llm.tokenize(p.encode())) for p in LOW + URGENT)
+        assert scheduler.counters.n_prompt_tokens == sum(len(llm.tokenize(p.encode())) for p in LOW + URGENT)
         urgent = [a for a in policy.admissions if a[1] == 0]
         assert len(urgent) == 2
         for arrival, _priority, _passed, decodes in urgent:

@@ -1,0 +1,118 @@
+"""The runner: executes what the planner decided, on the native context.
+
+A tick's plan (:class:`.slot.TickPlan`) is media chunks to evaluate and one batch of rows.  The runner
+sets the plan's adapters on the context (only when they differ from what is set: llama.cpp re-reserves
+its graph on every change), evaluates each media chunk with mtmd's own decodes, writes the rows into the
+batch, calls ``llama_decode`` once, and shows the decoded batch to a step that observes batches.  It
+changes no ledger and no request: it reports what happened (:class:`Decoded`) and the update
+(:mod:`.update`) applies it.  Embeddings (:mod:`.embedder`) go through the same batch writing and decode.
+
+:class:`Runner` is the seam: the scheduler calls nothing else of the native side to decode, so tests run
+the planner and the update with a runner that decodes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple, Protocol, Sequence
+
+import numpy as np
+
+from .._adapters import Adapters
+from .context import Context, RowMode
+from .request import Request
+from .slot import BatchRow, TickPlan
+from .step import DecodedBatch, Step
+
+
+class Decoded(NamedTuple):
+    """What running a plan did."""
+
+    status: int  # llama_decode's status (0 also when the plan had no rows; DECODE_ABORTED after an abort)
+    error: BaseException | None  # set when nothing was decoded because llama.cpp refused the adapters
+    media_errors: dict[int, BaseException]  # by index into plan.media: the chunks that are not in memory
+
+
+class Runner(Protocol):
+    """Executes plans (the scheduler's only way to decode)."""
+
+    def run(self, plan: TickPlan) -> Decoded:
+        """Evaluate the plan's media chunks in order (a slot's chunks after a failed one are not run and
+        fail with the same error), then decode its rows."""
+
+    def embed(self, rows: Sequence[BatchRow]) -> int:
+        """Decode ``rows`` under the default adapters (embeddings): llama_decode's status."""
+
+
+class ContextRunner:
+    """The runner of a native context."""
+
+    __slots__ = ("ctx", "adapters", "step", "_applied")
+
+    def __init__(self, ctx: Context, adapters: Adapters, step: Step) -> None:
+        self.ctx = ctx
+        self.adapters = adapters
+        self.step = step
+        self._applied: tuple[object, object] = (None, None)  # (request key, Adapters.applied) of the last check
+
+    def run(self, plan: TickPlan) -> Decoded:
+        failed: dict[int, BaseException] = {}
+        broken: dict[int, BaseException] = {}  # seq_id: the error of its first failed chunk
+        for i, media in enumerate(plan.media):
+            seq_id = media.slot.seq_id
+            if seq_id in broken:
+                failed[i] = broken[seq_id]
+                continue
+            try:
+                self._use_adapters(plan.adapters)
+                media.chunk.evaluate(self.ctx, media.position, seq_id)
+            except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
+                self.ctx.seq_rm(seq_id, media.position, -1)
+                failed[i] = broken[seq_id] = exc
+        if not plan.rows:
+            return Decoded(0, None, failed)
+        self._write(plan.rows)
+        try:
+            self._use_adapters(plan.adapters)
+        except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
+            return Decoded(-1, exc, failed)
+        step = self.step
+        if not step.observes_batches:
+            return Decoded(self.ctx.decode(), None, failed)
+        t0 = time.perf_counter()
+        status = self.ctx.decode()
+        if status == 0:
+            self._show(plan.rows, time.perf_counter() - t0)
+        return Decoded(status, None, failed)
+
+    def embed(self, rows: Sequence[BatchRow]) -> int:
+        adapters = self.adapters
+        adapters.apply(self.ctx.ptr, adapters.default, None)
+        self._write(rows)
+        return self.ctx.decode()
+
+    def _write(self, rows: Sequence[BatchRow]) -> None:
+        batch = self.ctx.batch
+        batch.n = 0
+        for row in rows:
+            if len(row.fed) == 1:
+                batch.add_one(row.fed[0], row.position, row.slot.seq_id, row.mode is not RowMode.NONE)
+            else:
+                batch.add(row.fed, row.position, row.slot.seq_id, row.mode)
+
+    def _use_adapters(self, request: Request) -> None:
+        """Set ``request``'s adapters on the context, unless they are set already."""
+        key = request.adapter_key
+        if (key, self.adapters.applied) != self._applied:  # compared by identity first: cheap per tick
+            if key != self.adapters.applied:
+                self.adapters.apply(self.ctx.ptr, *request.adapters)
+            self._applied = (key, self.adapters.applied)
+
+    def _show(self, rows: Sequence[BatchRow], seconds: float) -> None:
+        """Hand the decoded batch to a step that observes batches (a speculative engine reads it)."""
+        builder = self.ctx.batch
+        n = builder.n
+        seq_ids = np.repeat(np.asarray([row.slot.seq_id for row in rows], dtype=np.int32),
+                            [len(row.fed) for row in rows])
+        self.step.decoded(DecodedBatch(builder.tokens[:n], builder.positions[:n], seq_ids,
+                                       builder.outputs[:n]), seconds)

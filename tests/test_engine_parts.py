@@ -1,0 +1,446 @@
+"""The planner and the update driven with a runner that decodes nothing: no model is loaded.
+
+A fake context holds each sequence's memory as a list of tokens by position (the memory calls the
+ledgers make edit it), the fake runner writes a plan's rows into it, and a fake sampler "samples" a
+token that is a function of the token decoded at its row.  So every test can check what the engine
+promises besides the text: the ledgers mirror memory after every tick, prompts are evaluated once,
+and the plan respects the batch's limits.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+
+from llama_cpp.engine import (BatchRow, Decoded, Request, RequestState, RowKind, RowMode, Sampled, Scheduler,
+                              TickPlan)
+from llama_cpp.engine.context import DECODE_ABORTED
+from llama_cpp.engine.media import MediaChunk, media_entries
+from llama_cpp.engine.policy import Policy, Ticket
+from llama_cpp.sampling import SamplingParams
+
+EOG = 0
+
+
+def next_token(token: int) -> int:
+    """The fake model: what follows ``token`` (never EOG, which tests put in by hand)."""
+    return token % 97 + 1
+
+
+class FakeContext:
+    """Dimensions and memory calls of a context; memory is a token list per sequence."""
+
+    causal = True
+    recurrent = False
+    origin = None
+    window = 0
+
+    def __init__(self, n_seq_max: int = 2, n_ctx_seq: int = 64, n_batch: int = 16) -> None:
+        self.n_seq_max, self.n_ctx_seq, self.n_batch = n_seq_max, n_ctx_seq, n_batch
+        self.n_ctx = n_ctx_seq * n_seq_max
+        self.memory: dict[int, list[int]] = {seq: [] for seq in range(n_seq_max)}
+        self.row_tokens: dict[int, int] = {}  # batch row: the token decoded there (the last decode)
+        self.n_state_reads = 0
+
+    def written_outside(self) -> bool:
+        return False
+
+    def clear_abort(self) -> None:
+        pass
+
+    def request_abort(self) -> None:
+        pass
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
+        held = self.memory[seq_id]
+        del held[p0:len(held) if p1 < 0 else p1]
+        return True
+
+    def seq_cp(self, src: int, dst: int) -> None:
+        self.memory[dst] = list(self.memory[src])
+
+    def seq_shift(self, seq_id: int, p0: int, delta: int) -> None:
+        pass  # the list closes the gap seq_rm left
+
+    def can_shift(self) -> bool:
+        return True
+
+    def window_holds(self, seq_id: int, n: int) -> bool:
+        return True
+
+    def seq_state(self, seq_id: int, flags: int = 0) -> bytes:
+        self.n_state_reads += 1
+        return json.dumps(self.memory[seq_id]).encode()
+
+    def set_seq_state(self, seq_id: int, data: bytes, flags: int = 0) -> bool:
+        self.memory[seq_id] = json.loads(data)
+        return True
+
+    def logits_row(self, row: int) -> np.ndarray:
+        logits = np.zeros(100, dtype=np.float32)
+        logits[next_token(self.row_tokens[row])] = 1.0
+        return logits
+
+
+class FakeRunner:
+    """Runs plans on the fake context's memory; ``status`` makes the next decode fail."""
+
+    def __init__(self, ctx: FakeContext) -> None:
+        self.ctx = ctx
+        self.plans: list[TickPlan] = []
+        self.status = 0
+
+    def run(self, plan: TickPlan) -> Decoded:
+        self.plans.append(plan)
+        for media in plan.media:
+            held = self.ctx.memory[media.slot.seq_id]
+            assert len(held) == media.position, "media evaluated where the sequence does not end"
+            held.extend(media_entries(media.chunk.key, media.chunk.n_pos))
+        status, self.status = self.status, 0
+        if status:
+            return Decoded(status, None, {})
+        self.ctx.row_tokens = {}
+        assert sum(len(row.fed) for row in plan.rows) <= self.ctx.n_batch
+        for row in plan.rows:
+            held = self.ctx.memory[row.slot.seq_id]
+            assert len(held) == row.position, "rows decoded where the sequence does not end"
+            held.extend(row.fed)
+            for i, token in zip(row.rows, row.fed):
+                self.ctx.row_tokens[i] = token
+        return Decoded(0, None, {})
+
+    def embed(self, rows: Sequence[BatchRow]) -> int:
+        raise AssertionError("no embeddings here")
+
+
+class FakeSampler:
+    history = None
+
+    def __init__(self) -> None:
+        self.accepted_tokens: list[int] = []
+        self.closed = False
+
+    def sample(self, ctx: FakeContext, row: int) -> tuple[int, None]:
+        return next_token(ctx.row_tokens[row]), None
+
+    def stops(self, token: int, logits: Any) -> bool:
+        return False
+
+    def accepted(self, tokens: Sequence[int]) -> None:
+        self.accepted_tokens.extend(tokens)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeModel:
+    n_vocab = 100
+
+    @staticmethod
+    def is_eog(token: int) -> bool:
+        return token == EOG
+
+
+class LowestPriority(Policy):
+    name = "lowest-priority"
+
+    def select(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
+        return min(waiting, key=lambda t: (t.priority, t.arrival))
+
+    def preempt(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
+        best = min(t.priority for t in waiting)
+        victims = [t for t in running if t.preemptible and t.priority > best]
+        return max(victims, key=lambda t: t.priority) if victims else None
+
+
+def engine(n_seq_max: int = 2, n_batch: int = 16, n_ctx_seq: int = 64, **options: Any) -> tuple[Scheduler,
+                                                                                                 FakeContext,
+                                                                                                 FakeRunner]:
+    ctx = FakeContext(n_seq_max, n_ctx_seq, n_batch)
+    runner = FakeRunner(ctx)
+    scheduler = Scheduler(FakeModel(), ctx, None, n_keep=0, logits_all=False, runner=runner,  # type: ignore[arg-type]
+                          **options)
+    return scheduler, ctx, runner
+
+
+def request(prompt: Sequence[int], max_tokens: int = 4, **fields: Any) -> Request:
+    return Request(list(prompt), SamplingParams(), max_tokens, sampler=FakeSampler(), **fields)  # type: ignore[arg-type]
+
+
+def run(scheduler: Scheduler, req: Request) -> list[int]:
+    tokens = []
+    while (event := scheduler.next_event(req)) is not None:
+        tokens.append(event.token)
+    return tokens
+
+
+def solo(prompt: Sequence[int], max_tokens: int) -> list[int]:
+    """What the fake model generates after ``prompt``."""
+    out, last = [], prompt[-1]
+    for _ in range(max_tokens):
+        last = next_token(last)
+        out.append(last)
+    return out
+
+
+def assert_mirrors(scheduler: Scheduler, ctx: FakeContext) -> None:
+    """Every ledger says exactly what its sequence's memory holds."""
+    for slot in scheduler.slots:
+        assert slot.ledger.tokens == ctx.memory[slot.seq_id], f"sequence {slot.seq_id}"
+
+
+def test_one_request_runs_through_plan_run_update():
+    scheduler, ctx, runner = engine()
+    req = request([5, 6, 7], max_tokens=4)
+    scheduler.submit(req)
+    assert run(scheduler, req) == solo([5, 6, 7], 4)
+    assert req.finish_reason == "length" and req.n_prompt_evaluated == 3
+    first = runner.plans[0].rows[0]
+    assert (first.fed, first.position, first.first, first.mode, first.kind) == \
+        ([5, 6, 7], 0, 0, RowMode.LAST, RowKind.PROMPT)
+    steps = [plan.rows[0] for plan in runner.plans[1:]]
+    assert all(row.kind is RowKind.STEP and row.mode is RowMode.LAST and len(row.fed) == 1 for row in steps)
+    # the last sampled token is never decoded: 3 prompt tokens and 3 of the 4 generated
+    assert ctx.memory[0] == [5, 6, 7, *solo([5, 6, 7], 3)]
+    assert_mirrors(scheduler, ctx)
+    stats = scheduler.stats()
+    assert (stats.n_decodes, stats.n_prompt_tokens, stats.n_generated_tokens, stats.busy_sequences) == (4, 3, 4, 0)
+    assert scheduler.slots[0].sampler is None and req.sampler is None  # the sampler was closed with the slot
+
+
+def test_packing_respects_the_batch_and_puts_steps_first():
+    scheduler, ctx, runner = engine(n_seq_max=2, n_batch=8)
+    a, b = request(range(1, 7), max_tokens=3), request(range(11, 17), max_tokens=3)
+    scheduler.submit(a)
+    scheduler.submit(b)
+    scheduler.planner.due(False)
+    plan = scheduler.planner.pack(scheduler.planner.select())
+    assert [(r.slot.seq_id, r.fed, r.first, r.mode) for r in plan.rows] == \
+        [(0, [1, 2, 3, 4, 5, 6], 0, RowMode.LAST), (1, [11, 12], 6, RowMode.NONE)]
+    outcomes = scheduler.update.apply(plan, runner.run(plan))
+    assert [len(o.events) for _slot, o in outcomes] == [1]  # a's first token; b is part way through its prompt
+    scheduler.update.deliver(outcomes)
+    plan = scheduler.planner.pack(scheduler.planner.select())
+    # a's decode step first (one token), then the rest of b's prompt
+    assert [(r.slot.seq_id, r.kind, len(r.fed)) for r in plan.rows] == [(0, RowKind.STEP, 1), (1, RowKind.PROMPT, 4)]
+    assert plan.rows[1].first == 1 and plan.rows[1].position == 2
+    scheduler.update.deliver(scheduler.update.apply(plan, runner.run(plan)))
+    assert_mirrors(scheduler, ctx)
+    assert run(scheduler, a) == solo(range(1, 7), 3) and run(scheduler, b) == solo(range(11, 17), 3)
+    assert scheduler.counters.n_prompt_tokens == 12
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_prompt_reuses_the_longest_prefix_a_free_sequence_holds():
+    scheduler, ctx, runner = engine(n_seq_max=2)
+    first = request([1, 2, 3, 4], max_tokens=1)
+    scheduler.submit(first)
+    run(scheduler, first)
+    again = request([1, 2, 3, 4, 9], max_tokens=1)
+    scheduler.submit(again)
+    run(scheduler, again)
+    assert again.seq_id == first.seq_id and again.n_prompt_evaluated == 1
+    assert scheduler.counters.n_prompt_tokens == 5
+    assert_mirrors(scheduler, ctx)
+
+
+def test_rejected_drafts_leave_memory_and_the_step_is_told():
+    class Drafting:
+        observes_batches = False
+        drafts = False
+
+        def __init__(self) -> None:
+            self.rollbacks: list[tuple[int, int]] = []
+            self.rejected = 0
+            self.ended: list[int] = []
+
+        def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
+            pass
+
+        def prepare(self, wanted: Any) -> None:
+            raise AssertionError("a step that does not draft is not asked to prepare")
+
+        def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+            # a draft of two tokens after the pending one: the first right, the second wrong
+            right = next_token(pending[-1])
+            return [*pending, right, EOG + 50][:len(pending) + max(0, n_max)], RowMode.ALL
+
+        def take(self, seq_id: int, ctx: Any, sampler: Any, rows: Sequence[int], fed: Sequence[int],
+                 eog: Any = None) -> tuple[list[Sampled], int, list[int]]:
+            # the row of the pending token, and of the right draft token when it was fed
+            verified = rows[len(fed) - 3:len(fed) - 1] if len(fed) >= 3 else rows[-1:]
+            samples = [Sampled(sampler.sample(ctx, row)[0], row) for row in verified]
+            if len(fed) < 3:
+                return samples, len(fed), []
+            self.rejected += 1
+            return samples, len(fed) - 1, []  # the wrong draft token is not kept
+
+        def decoded(self, batch: Any, seconds: float) -> None:
+            raise AssertionError("not observing")
+
+        def rollback(self, seq_id: int, n_tokens: int) -> None:
+            self.rollbacks.append((seq_id, n_tokens))
+
+        def end(self, seq_id: int, n_generated: int) -> None:
+            self.ended.append(n_generated)
+
+        def close(self) -> None:
+            pass
+
+    step = Drafting()
+    scheduler, ctx, runner = engine(n_seq_max=1, step=step)
+    req = request([3, 4], max_tokens=6)
+    scheduler.submit(req)
+    assert run(scheduler, req) == solo([3, 4], 6)
+    assert any(len(row.fed) == 3 for plan in runner.plans for row in plan.rows)  # drafts were decoded
+    assert_mirrors(scheduler, ctx)
+    assert step.rejected > 0 and sum(n > 0 for _seq, n in step.rollbacks) == step.rejected
+    assert step.ended == [6]
+
+
+def test_forks_copy_the_evaluated_prompt():
+    scheduler, ctx, runner = engine(n_seq_max=3)
+    leader = request([7, 8, 9], max_tokens=2)
+    forks = [request([7, 8, 9], max_tokens=2, fork_of=leader) for _ in range(2)]
+    for r in (leader, *forks):
+        scheduler.submit(r)
+    scheduler.planner.due(False)
+    assert [r.state for r in forks] == [RequestState.FORKED, RequestState.FORKED]
+    outputs = [run(scheduler, r) for r in (leader, *forks)]
+    assert outputs == [solo([7, 8, 9], 2)] * 3
+    assert scheduler.counters.n_prompt_tokens == 3  # evaluated once, for three choices
+    assert len(runner.plans[0].rows) == 1
+    assert_mirrors(scheduler, ctx)
+
+
+def test_priority_admission_order():
+    scheduler, ctx, _runner = engine(n_seq_max=1, policy=LowestPriority())
+    low, mid, high = (request([i], max_tokens=1, priority=p) for i, p in ((1, 9), (2, 5), (3, 0)))
+    for r in (low, mid, high):
+        scheduler.submit(r)
+    order = []
+    for _ in range(3):
+        scheduler.planner.due(False)
+        slot = scheduler.slots[0]
+        order.append(slot.serving)
+        run(scheduler, slot.serving)
+    assert order == [high, mid, low]
+
+
+def test_fcfs_admission_order_is_arrival():
+    scheduler, _ctx, _runner = engine(n_seq_max=1)
+    requests = [request([i], max_tokens=1, priority=-i) for i in range(1, 4)]
+    for r in requests:
+        scheduler.submit(r)
+    order = []
+    for _ in requests:
+        scheduler.planner.due(False)
+        order.append(scheduler.slots[0].serving)
+        run(scheduler, scheduler.slots[0].serving)
+    assert order == requests
+
+
+def test_preemption_snapshots_and_resumes_without_evaluating_again():
+    scheduler, ctx, runner = engine(n_seq_max=1, policy=LowestPriority())
+    low = request([1, 2, 3], max_tokens=6, priority=9)
+    scheduler.submit(low)
+    got = [scheduler.next_event(low).token for _ in range(2)]  # type: ignore[union-attr]
+    urgent = request([40, 41], max_tokens=2, priority=0)
+    submitter = threading.Thread(target=scheduler.submit, args=(urgent,))  # another caller's request
+    submitter.start()
+    submitter.join()
+    urgent.owner = threading.get_ident()  # read here
+    scheduler.planner.due(False)
+    assert low.state is RequestState.WAITING and low.suspended is not None
+    assert scheduler.slots[0].serving is urgent and scheduler.counters.n_preemptions == 1
+    assert low.sampler is not None  # the suspended request keeps its sampler
+    assert run(scheduler, urgent) == solo([40, 41], 2)
+    got += run(scheduler, low)
+    assert got == solo([1, 2, 3], 6)
+    assert low.n_prompt_evaluated == 3  # its prompt was evaluated once
+    assert scheduler.counters.n_prompt_tokens == 5
+    assert low.ticket is None and urgent.ticket is None  # the policy was told both finished
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_failed_decode_leaves_nothing_in_memory_and_ends_its_requests():
+    scheduler, ctx, runner = engine(n_seq_max=2)
+    a, b = request([1, 2], max_tokens=3), request([5, 6], max_tokens=3)
+    scheduler.submit(a)
+    scheduler.submit(b)
+    scheduler.next_event(a)
+    ctx_before = {seq: list(held) for seq, held in ctx.memory.items()}
+    runner.status = 1
+    # the fake runner's failed decode wrote nothing; the update cuts memory back to the ledgers
+    with pytest.raises(RuntimeError, match="no room left in the KV cache"):
+        run(scheduler, a)
+    assert b.finish_reason == "error"
+    assert ctx.memory == ctx_before
+    assert_mirrors(scheduler, ctx)
+    assert all(slot.request is None for slot in scheduler.slots)
+
+
+def test_an_aborted_decode_ends_its_requests_with_abort():
+    scheduler, ctx, runner = engine(n_seq_max=1)
+    req = request([1, 2], max_tokens=3)
+    scheduler.submit(req)
+    runner.status = DECODE_ABORTED
+    assert run(scheduler, req) == []
+    assert req.finish_reason == "abort"
+
+
+def test_a_prompt_past_the_window_is_refused_in_the_plan():
+    scheduler, ctx, runner = engine(n_seq_max=1, n_ctx_seq=8, n_batch=8)
+    req = request([1, 2, 3, 4, 5, 6, 7], max_tokens=20)
+    scheduler.submit(req)
+    tokens = run(scheduler, req)
+    # the context shift makes room while generating (n_keep 0: half the sequence goes each time)
+    assert tokens == solo([1, 2, 3, 4, 5, 6, 7], 20)
+    assert all(len(held) <= 8 for held in ctx.memory.values())
+    assert_mirrors(scheduler, ctx)
+
+
+class FakeChunk(MediaChunk):
+    def __init__(self, key: int, n_pos: int) -> None:
+        self.key, self.n_pos, self.n_tokens = key, n_pos, n_pos
+
+    def evaluate(self, ctx: Any, n_past: int, seq_id: int) -> None:
+        raise AssertionError("the runner evaluates media")
+
+
+def test_media_is_planned_before_the_batch_and_its_entries_enter_the_ledger():
+    scheduler, ctx, runner = engine(n_seq_max=1)
+    chunk = FakeChunk(12, 3)
+    prompt = [1, 2, *media_entries(12, 3), 4]
+    req = request(prompt, max_tokens=1, media={2: chunk})
+    scheduler.submit(req)
+    assert run(scheduler, req) == [next_token(4)]
+    kinds = [([r.fed for r in plan.rows], [m.position for m in plan.media]) for plan in runner.plans]
+    assert kinds == [([[1, 2]], []), ([], [2]), ([[4]], [])]
+    assert scheduler.counters.n_media_evaluated == 1 and scheduler.counters.n_prompt_tokens == 6
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_policy_that_fails_ends_only_the_waiting_requests():
+    class Broken(Policy):
+        name = "broken"
+
+        def select(self, waiting: Sequence[Ticket], running: Sequence[Ticket]) -> Ticket | None:
+            if running:
+                raise ValueError("no")
+            return super().select(waiting, running)
+
+    scheduler, ctx, _runner = engine(n_seq_max=2, policy=Broken())
+    first = request([1], max_tokens=3)
+    scheduler.submit(first)
+    scheduler.next_event(first)
+    second = request([2], max_tokens=3)
+    scheduler.submit(second)
+    assert run(scheduler, first) == solo([1], 3)[1:]
+    with pytest.raises(RuntimeError, match="'broken' failed in select"):
+        run(scheduler, second)
+    assert_mirrors(scheduler, ctx)
