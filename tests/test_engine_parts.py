@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from llama_cpp.engine import (BatchRow, Decoded, Request, RequestState, RowKind, RowMode, Sampled, Scheduler,
+from llama_cpp.engine import (BatchRow, ChoiceGroup, Decoded, Request, RequestState, RowKind, RowMode, Sampled, Scheduler,
                               TickPlan)
 from llama_cpp.engine.context import DECODE_ABORTED
 from llama_cpp.engine.media import MediaChunk, media_entries
@@ -444,3 +444,59 @@ def test_a_policy_that_fails_ends_only_the_waiting_requests():
     with pytest.raises(RuntimeError, match="'broken' failed in select"):
         run(scheduler, second)
     assert_mirrors(scheduler, ctx)
+
+
+def run_in_group(scheduler: Scheduler, group: ChoiceGroup, prompts: Sequence[Sequence[int] | None],
+                 max_tokens: int = 3) -> list[list[int] | None]:
+    """One call per prompt, each on its own thread inside ``group`` (None: a call that ends without a
+    request); what each generated."""
+    out: list[list[int] | None] = [None] * len(prompts)
+
+    def call(j: int) -> None:
+        with group.member():
+            prompt = prompts[j]
+            if prompt is None:
+                return
+            req = request(prompt, max_tokens=max_tokens)
+            scheduler.submit(req)
+            out[j] = run(scheduler, req)
+
+    threads = [threading.Thread(target=call, args=(j,)) for j in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+        assert not thread.is_alive(), "a call of the group never finished"
+    return out
+
+
+def test_a_choice_group_evaluates_a_shared_prompt_once():
+    scheduler, ctx, runner = engine(n_seq_max=3)
+    group = ChoiceGroup(3)
+    assert run_in_group(scheduler, group, [[4, 5, 6]] * 3) == [solo([4, 5, 6], 3)] * 3
+    assert scheduler.counters.n_prompt_tokens == 3
+    leader = group.requests[0]
+    assert [r.fork_of for r in group.requests] == [None, leader, leader]
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_choice_group_call_without_a_request_does_not_hold_the_others():
+    scheduler, ctx, _runner = engine(n_seq_max=3)
+    group = ChoiceGroup(3)
+    assert run_in_group(scheduler, group, [[4, 5, 6], None, [4, 5, 6]]) == [solo([4, 5, 6], 3), None,
+                                                                            solo([4, 5, 6], 3)]
+    assert scheduler.counters.n_prompt_tokens == 3
+
+
+def test_a_choice_group_call_with_another_prompt_runs_on_its_own():
+    scheduler, ctx, _runner = engine(n_seq_max=3)
+    group = ChoiceGroup(2)
+    assert run_in_group(scheduler, group, [[4, 5, 6], [9, 9]]) == [solo([4, 5, 6], 3), solo([9, 9], 3)]
+    assert all(r.fork_of is None for r in group.requests)
+    assert scheduler.counters.n_prompt_tokens == 5
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_choice_group_needs_a_call():
+    with pytest.raises(ValueError, match="at least one call"):
+        ChoiceGroup(0)

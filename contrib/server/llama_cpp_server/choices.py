@@ -1,8 +1,11 @@
-"""A chat request with ``n`` choices: ``n`` chat calls at once (the engine batches them), merged.
+"""A chat request with ``n`` choices: ``n`` chat calls at once, one prompt evaluation, merged.
 
-``create_chat_completion`` makes one choice; the server runs one call per choice, each on its own thread
-with a copy of the caller's context (so its engine requests join the caller's request scope and are
-cancelled with it), and merges the answers: choice ``j`` is call ``j``'s, usage counts the prompt once.
+``create_chat_completion`` makes one choice (a chat handler reads one); the server runs one call per
+choice, each on its own thread with a copy of the caller's context (so its engine requests join the
+caller's request scope and are cancelled with it), all in one :class:`llama_cpp.engine.ChoiceGroup`:
+the engine evaluates their shared prompt once and forks the other choices from it, as it does for
+``create_completion(n=...)``.  The answers are merged: choice ``j`` is call ``j``'s, usage counts the
+prompt once.
 """
 
 from __future__ import annotations
@@ -10,17 +13,28 @@ from __future__ import annotations
 import contextvars
 import queue
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
-T = TypeVar("T")
+from llama_cpp.engine import ChoiceGroup
 
 
-def _start(target: Callable[[], None]) -> threading.Thread:
-    """``target`` on a new thread, in a copy of this thread's context."""
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(target,), daemon=True)
-    thread.start()
-    return thread
+
+def _start_all(targets: list[Callable[[], None]]) -> list[threading.Thread]:
+    """Each of ``targets`` on a new thread, in a copy of this thread's context, as the calls of one
+    choice group."""
+    group = ChoiceGroup(len(targets))
+
+    def member(target: Callable[[], None]) -> None:
+        with group.member():
+            target()
+
+    threads = []
+    for target in targets:
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(member, target), daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
 
 
 def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,7 +49,7 @@ def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
             results[j] = exc
 
-    for thread in [_start(lambda j=j: run(j)) for j in range(len(calls))]:
+    for thread in _start_all([lambda j=j: run(j) for j in range(len(calls))]):
         thread.join()
     for result in results:
         if isinstance(result, BaseException):
@@ -68,8 +82,7 @@ def chat_choice_streams(llm: Any, calls: list[dict[str, Any]]) -> Iterator[dict[
         finally:
             out.put(finished)
 
-    for j in range(len(calls)):
-        _start(lambda j=j: pump(j))
+    _start_all([lambda j=j: pump(j) for j in range(len(calls))])
     prompt = completion = 0
     base: dict[str, Any] = {}
     remaining = len(calls)

@@ -7,6 +7,7 @@ The parts, one module each:
 - ``ledger``: what one sequence holds in memory, its prefix, shifts and snapshots;
 - ``sampler``: one sequence's sampling state (native chain, hooks, argmax fast path);
 - ``step``: what a running sequence feeds into a tick and takes out (the speculative seam);
+- ``choices``: choices made by separate calls (a server's chat ``n``) sharing one prompt evaluation;
 - ``request``: a generation as the scheduler sees it, and its token events;
 - ``normalize``: request normalisation shared by completion, chat and the server;
 - ``policy``: the scheduling policy's contract (which request takes a sequence, which gives one up);
@@ -22,6 +23,7 @@ The parts, one module each:
 ``Llama`` is a facade over them; docs/engine.md draws one tick.
 """
 
+from .choices import ChoiceGroup
 from .context import BatchBuilder, Context, RowMode
 from .ledger import Ledger, SequenceSnapshot
 from .model import Model
@@ -37,6 +39,7 @@ from .step import PlainStep, Sampled, Step
 __all__ = [
     "BatchBuilder",
     "BatchRow",
+    "ChoiceGroup",
     "Context",
     "ContextRunner",
     "Decoded",

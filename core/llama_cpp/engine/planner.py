@@ -184,9 +184,12 @@ class Planner:
 
     def _ask_policy(self, question: str, running: list[Ticket]) -> Request | None:
         """The waiting request the policy ``select``-s, or the running one it would ``preempt`` (None: no
-        answer).  A policy that fails, or answers with a ticket it was not offered, ends the waiting
-        requests it was deciding about."""
-        waiting = {r.ticket: r for r in self.waiting if r.ticket is not None}
+        answer; nor is the policy asked while every waiting request is held for its choice group).  A policy
+        that fails, or answers with a ticket it was not offered, ends the waiting requests it was deciding
+        about."""
+        waiting = {r.ticket: r for r in self.waiting if r.ticket is not None and not self._held(r)}
+        if not waiting:
+            return None
         policy = self.policy
         try:
             if question == "select":
@@ -212,6 +215,18 @@ class Planner:
                 self._policy_finished(request)
             self.waiting.clear()
             return None
+
+    @staticmethod
+    def _held(request: Request) -> bool:
+        """Whether ``request`` waits for the other calls of its choice group (once they have all submitted,
+        the group's forks are set and none is held)."""
+        group = request.group
+        if group is None or group.paired:
+            return False
+        if not group.complete:
+            return True
+        group.pair()
+        return False
 
     def _policy_admitted(self, slot: Slot) -> None:
         """Tell the policy a request took ``slot``; if the policy fails, that request ends with the error."""

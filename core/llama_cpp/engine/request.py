@@ -19,6 +19,7 @@ import numpy as np
 
 from .._adapters import NO_ADAPTERS, AdapterKey
 from ..sampling import SamplingParams
+from .choices import ChoiceGroup
 from .ledger import SequenceSnapshot
 from .media import MediaChunk
 from .policy import Ticket
@@ -67,7 +68,10 @@ class Request:
     holds the prompt's media chunks by the position they start at (the
     prompt has their entries there, :mod:`.media`); the scheduler evaluates
     each one when the prefill reaches it.  ``priority`` and ``tenant`` are
-    what a scheduling policy orders requests by (:mod:`.policy`).
+    what a scheduling policy orders requests by (:mod:`.policy`).  ``group``
+    is the :class:`.choices.ChoiceGroup` of the call that submitted it, when
+    that call is one of several that make one response's choices: it waits
+    for the group's other calls and may become the first one's fork.
     """
 
     prompt: list[int]
@@ -103,6 +107,7 @@ class Request:
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
+    group: ChoiceGroup | None = None  # set when it is submitted, for a choice group's first request of a call
     ticket: Ticket | None = None  # what the scheduling policy sees of it, from its submission on
     suspended: Suspended | None = None  # set while it waits to resume after a preemption
 

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 
 from .._adapters import Adapters
 from .checkpoints import HybridCheckpointCache
+from .choices import join_choice_group
 from .context import Context
 from .ledger import SequenceSnapshot
 from .media import text_only
@@ -133,6 +134,11 @@ class Scheduler:
                         "generation this thread started and has not finished (a stream or generator still open): "
                         "the call would wait for itself forever. Finish or close() that stream first, or create "
                         "the Llama with a larger n_seq_max")
+                if not request.continues and request.max_tokens > 0 and request.fork_of is None:
+                    group = join_choice_group()
+                    if group is not None:
+                        request.group = group
+                        group.arrive(request, self._poke)
                 self.planner.enqueue(request)
                 self._bump()
         except BaseException:
@@ -269,6 +275,11 @@ class Scheduler:
         self._waiters += 1
         self._changed.wait(timeout=1.0)
         self._waiters -= 1
+
+    def _poke(self) -> None:
+        """Something outside the engine changed what admission decides (a choice group's call ended)."""
+        with self._mutex:
+            self._bump()
 
     def _bump(self) -> None:
         """Something changed that a stalled driver or a waiting caller may wait for (mutex held)."""
