@@ -256,20 +256,23 @@ def test_rejected_drafts_leave_memory_and_the_step_is_told():
         def __init__(self) -> None:
             self.rollbacks: list[tuple[int, int]] = []
             self.rejected = 0
+            self.states: list[list[int]] = []
             self.ended: list[int] = []
 
-        def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
-            pass
+        def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> list[int]:
+            self.states.append([seq_id])
+            return self.states[-1]
 
         def prepare(self, wanted: Any) -> None:
             raise AssertionError("a step that does not draft is not asked to prepare")
 
-        def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+        def feed(self, state: Any, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+            assert state is self.states[-1]  # the slot keeps what begin returned
             # a draft of two tokens after the pending one: the first right, the second wrong
             right = next_token(pending[-1])
             return [*pending, right, EOG + 50][:len(pending) + max(0, n_max)], RowMode.ALL
 
-        def take(self, seq_id: int, ctx: Any, sampler: Any, rows: Sequence[int], fed: Sequence[int],
+        def take(self, state: Any, seq_id: int, ctx: Any, sampler: Any, rows: Sequence[int], fed: Sequence[int],
                  eog: Any = None) -> tuple[list[Sampled], int, list[int]]:
             # the row of the pending token, and of the right draft token when it was fed
             verified = rows[len(fed) - 3:len(fed) - 1] if len(fed) >= 3 else rows[-1:]
@@ -279,13 +282,14 @@ def test_rejected_drafts_leave_memory_and_the_step_is_told():
             self.rejected += 1
             return samples, len(fed) - 1, []  # the wrong draft token is not kept
 
-        def decoded(self, batch: Any, seconds: float) -> None:
+        def decoded(self, batch: Any, states: Any, seconds: float) -> None:
             raise AssertionError("not observing")
 
-        def rollback(self, seq_id: int, n_tokens: int) -> None:
+        def rollback(self, state: Any, seq_id: int, n_tokens: int) -> None:
             self.rollbacks.append((seq_id, n_tokens))
 
-        def end(self, seq_id: int, n_generated: int) -> None:
+        def end(self, state: Any, seq_id: int, n_generated: int) -> None:
+            assert state is self.states[-1]
             self.ended.append(n_generated)
 
         def close(self) -> None:
@@ -299,7 +303,7 @@ def test_rejected_drafts_leave_memory_and_the_step_is_told():
     assert any(len(row.fed) == 3 for plan in runner.plans for row in plan.rows)  # drafts were decoded
     assert_mirrors(scheduler, ctx)
     assert step.rejected > 0 and sum(n > 0 for _seq, n in step.rollbacks) == step.rejected
-    assert step.ended == [6]
+    assert step.ended == [6] and scheduler.slots[0].step_state is None
 
 
 def test_forks_copy_the_evaluated_prompt():

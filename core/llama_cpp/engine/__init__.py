@@ -34,7 +34,7 @@ from .scope import RequestScope
 from .scheduler import Scheduler
 from .slot import BatchRow, RowKind, Slot, TickPlan
 from .stats import EngineStats
-from .step import PlainStep, Sampled, Step
+from .step import DecodedBatch, DraftWanted, PlainStep, Sampled, Step
 
 __all__ = [
     "BatchBuilder",
@@ -43,6 +43,8 @@ __all__ = [
     "Context",
     "ContextRunner",
     "Decoded",
+    "DecodedBatch",
+    "DraftWanted",
     "EngineStats",
     "Ledger",
     "Model",

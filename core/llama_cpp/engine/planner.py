@@ -30,7 +30,7 @@ from .prefix import common_prefix
 from .request import Request, RequestState, Suspended
 from .slot import BatchRow, MediaRow, RowKind, Slot, TickPlan
 from .stats import Counters
-from .step import Step
+from .step import DraftWanted, Step
 
 
 class Planner:
@@ -104,7 +104,7 @@ class Planner:
 
     def memory_changed(self, slot: Slot) -> None:
         """The slot's memory was replaced outside the ticks (state restored, reset): the step forgets it."""
-        self.step.rollback(slot.seq_id, 0)
+        self.step.rollback(slot.step_state, slot.seq_id, 0)
 
     def release(self, slot: Slot) -> None:
         """The slot's request is over: free its sampler and the slot (its ledger stays for prefix reuse)."""
@@ -116,8 +116,9 @@ class Planner:
             self.counters.seconds_prompt += first - request.started
             self.counters.seconds_generating += end - first
         if request is not None:
-            self.step.end(slot.seq_id, request.n_generated)
+            self.step.end(slot.step_state, slot.seq_id, request.n_generated)
             self._policy_finished(request)
+        slot.step_state = None
         if self.cache is not None and request is not None and request.max_tokens > 0 and \
                 request.finish_reason != "error":  # (a stop string cancels: "abort", memory still consistent)
             self._store(slot)
@@ -264,7 +265,8 @@ class Planner:
         request = slot.request
         assert request is not None and request.ticket is not None
         request.suspended = Suspended(slot.ledger.snapshot(self.ctx), request.state, slot.pending,
-                                      slot.prefill_at)
+                                      slot.prefill_at, slot.step_state)
+        slot.step_state = None
         request.sampler, slot.sampler = slot.sampler, None
         request.state = RequestState.WAITING
         request.ticket.preemptions += 1
@@ -287,6 +289,7 @@ class Planner:
         request.state = suspended.state
         slot.pending = suspended.pending
         slot.prefill_at = suspended.prefill_at
+        slot.step_state = suspended.step_state
 
     def _choose_slot(self, request: Request) -> Slot | None:
         """A free slot: the one that holds the longest prefix of the prompt, else the least recently used."""
@@ -395,7 +398,7 @@ class Planner:
         if kept == 0:
             ledger.clear(ctx)
         ledger.adapters = request.adapter_key
-        self.step.rollback(slot.seq_id, 0 if copied else kept)  # a mirroring step keeps what it evaluated
+        self.step.rollback(None, slot.seq_id, 0 if copied else kept)  # a mirroring step keeps what it evaluated
         return kept
 
     # -- the tick's plan --------------------------------------------------------------------
@@ -455,7 +458,7 @@ class Planner:
                 pending = [*slot.pending, *request.sent] if request.sent else slot.pending
                 room = min(capacity - used, max_outputs - outputs, request.max_tokens - request.n_generated,
                            n_ctx_seq - len(ledger)) - len(pending)
-                fed, mode = self.step.feed(slot.seq_id, pending, room)
+                fed, mode = self.step.feed(slot.step_state, slot.seq_id, pending, room)
                 if logits_all:
                     mode = RowMode.ALL
                 kind = RowKind.STEP
@@ -505,7 +508,7 @@ class Planner:
             request = slot.serving
             room = min(share, request.max_tokens - request.n_generated - len(pending),
                        self.ctx.n_ctx_seq - len(slot.ledger) - len(pending))
-            wanted.append((slot.seq_id, pending, slot.ledger.tokens, room))
+            wanted.append(DraftWanted(slot.step_state, slot.seq_id, pending, slot.ledger.tokens, room))
         self.step.prepare(wanted)
 
     def _make_room(self, slot: Slot, incoming: int) -> None:
@@ -514,4 +517,4 @@ class Planner:
         if incoming > limit:
             raise ValueError(f"{incoming} tokens do not fit in the context window of {limit} tokens per sequence")
         slot.ledger.shift(self.ctx, self.n_keep, incoming)
-        self.step.rollback(slot.seq_id, 0)  # positions moved: a step that mirrors the sequence starts over
+        self.step.rollback(slot.step_state, slot.seq_id, 0)  # positions moved: a mirroring step starts over

@@ -41,6 +41,7 @@ class Suspended(NamedTuple):
     state: RequestState  # PREFILL or RUNNING
     pending: list[int]  # the tokens it was to decode next
     prefill_at: int  # the next prompt token to evaluate
+    step_state: Any  # what the step kept for it
 
 
 class RequestState(enum.Enum):

@@ -114,5 +114,5 @@ class ContextRunner:
         n = builder.n
         seq_ids = np.repeat(np.asarray([row.slot.seq_id for row in rows], dtype=np.int32),
                             [len(row.fed) for row in rows])
-        self.step.decoded(DecodedBatch(builder.tokens[:n], builder.positions[:n], seq_ids,
-                                       builder.outputs[:n]), seconds)
+        self.step.decoded(DecodedBatch(builder.tokens[:n], builder.positions[:n], seq_ids, builder.outputs[:n]),
+                          [row.slot.step_state for row in rows], seconds)

@@ -8,7 +8,7 @@ applies what came out to the slots.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .context import RowMode
 from .ledger import Ledger
@@ -20,7 +20,8 @@ from .sampler import SequenceSampler
 class Slot:
     """A sequence id, its ledger, and the request it serves (if any)."""
 
-    __slots__ = ("seq_id", "ledger", "request", "sampler", "pending", "prefill_at", "last_used", "forks")
+    __slots__ = ("seq_id", "ledger", "request", "sampler", "pending", "prefill_at", "last_used", "forks",
+                 "step_state")
 
     def __init__(self, seq_id: int) -> None:
         self.seq_id = seq_id
@@ -31,6 +32,7 @@ class Slot:
         self.prefill_at = 0  # next prompt token to evaluate
         self.last_used = 0  # the tick it last decoded in: the least recently used slot is reused first
         self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
+        self.step_state: Any = None  # what the step keeps for the request it generates (Step.begin's)
 
     @property
     def serving(self) -> Request:

@@ -29,7 +29,7 @@ from llama_cpp_native import lib
 from ..llama_speculative import DraftRequest, LlamaSpecEngine
 from .context import Context, RowMode
 from .sampler import SequenceSampler, TokenHistory
-from .step import DecodedBatch, Sampled
+from .step import DecodedBatch, DraftWanted, Sampled
 
 STATS_KEYS = (
     "drafted", "verified", "accepted", "begin_calls", "draft_calls", "process_calls", "accept_calls",
@@ -208,17 +208,15 @@ class SpeculativeStep:
         self.name = name or type(engine).__name__
         self.ctx = ctx
         self.rollback_states = rollback_states
-        self._seqs: dict[int, _Sequence] = {}
         self.last_stats: dict[str, Any] = empty_stats()
         self._totals = {"drafted": 0, "accepted": 0, "verification_steps": 0}
         self._accepted_per_position: list[int] = []
         self._warned = False
 
     # -- lifecycle, called by the scheduler ---------------------------------------------
-    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
-        """A request starts generating on ``seq_id`` with ``tokens`` in memory."""
+    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> _Sequence:
+        """A request starts generating on ``seq_id`` with ``tokens`` in memory: its state."""
         state = _Sequence(SequenceStats(started), tokens)
-        self._seqs[seq_id] = state
         t0 = state.stats.first_token = time.perf_counter()  # the prompt is in: its first token comes now
         try:
             self.engine.begin(tokens, seq_id)
@@ -227,10 +225,10 @@ class SpeculativeStep:
             state.error.__cause__ = exc
         state.stats.seconds["begin"] += time.perf_counter() - t0
         state.stats.counts["begin_calls"] += 1
+        return state
 
-    def end(self, seq_id: int, n_generated: int) -> None:
+    def end(self, state: _Sequence | None, seq_id: int, n_generated: int) -> None:
         """The request on ``seq_id`` is over; its stats become ``last_stats``."""
-        state = self._seqs.pop(seq_id, None)
         if state is None:
             return
         stats = state.stats
@@ -255,16 +253,15 @@ class SpeculativeStep:
             "spec_decode_num_accepted_tokens_per_pos_total": list(self._accepted_per_position),
         }
 
-    def rollback(self, seq_id: int, n_tokens: int) -> None:
+    def rollback(self, state: _Sequence | None, seq_id: int, n_tokens: int) -> None:
         """The target's memory of ``seq_id`` now holds its first ``n_tokens`` tokens."""
-        state = self._seqs.get(seq_id)
         if state is not None:
             state.tokens.n = min(state.tokens.n, n_tokens)
         self.engine.rollback(n_tokens, seq_id)
 
-    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
+    def decoded(self, batch: DecodedBatch, states: Sequence[_Sequence | None], seconds: float) -> None:
         """After every target decode: the engine sees the batch; drafting sequences are timed."""
-        drafting = [s for s in (self._seqs.get(int(q)) for q in np.unique(batch.seq_ids)) if s is not None]
+        drafting = [s for s in states if s is not None]
         for state in drafting:
             if state.draft:
                 state.stats.seconds["target_decode"] += seconds
@@ -284,12 +281,11 @@ class SpeculativeStep:
             state.stats.counts["process_calls"] += 1
 
     # -- the Step protocol ----------------------------------------------------------------
-    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
-        """Before the batch is filled: drafts for every running sequence at once, from ``(seq_id, pending,
-        history, n_max)`` each (one ``draft_many`` call, so a draft model decodes them together)."""
+    def prepare(self, wanted: Sequence[DraftWanted]) -> None:
+        """Before the batch is packed: drafts for every running sequence at once (one ``draft_many`` call,
+        so a draft model decodes them together)."""
         asked: list[tuple[_Sequence, DraftRequest]] = []
-        for seq_id, pending, history, n_max in wanted:
-            state = self._seqs.get(seq_id)
+        for state, seq_id, pending, history, n_max in wanted:
             if state is None:
                 continue
             state.draft, state.asked = [], False
@@ -330,9 +326,9 @@ class SpeculativeStep:
                 state.error.__cause__ = exc
                 state.draft = []
 
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+    def feed(self, state: _Sequence | None, seq_id: int, pending: Sequence[int],
+             n_max: int) -> tuple[list[int], RowMode]:
         """``pending`` and the prepared draft after it, cut to the ``n_max`` tokens that still fit."""
-        state = self._seqs.get(seq_id)
         if state is None or not state.draft:
             return list(pending), RowMode.LAST
         draft = state.draft = state.draft[:max(0, n_max)]
@@ -352,11 +348,10 @@ class SpeculativeStep:
         stats.counts["checkpoint_captures"] += 1
         stats.checkpoint_bytes = max(stats.checkpoint_bytes, len(state.checkpoint))
 
-    def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
-             fed: Sequence[int], eog: Any = None) -> tuple[list[Sampled], int, list[int]]:
+    def take(self, state: _Sequence | None, seq_id: int, ctx: Context, sampler: SequenceSampler,
+             rows: Sequence[int], fed: Sequence[int], eog: Any = None) -> tuple[list[Sampled], int, list[int]]:
         """Verify the draft: sample each row while the sampler agrees with it; how many fed tokens stay,
         and what to decode again (after a rejection restored a checkpoint)."""
-        state = self._seqs.get(seq_id)
         if state is not None and state.error is not None:
             error, state.error = state.error, None
             raise error

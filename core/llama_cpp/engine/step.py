@@ -38,37 +38,53 @@ class Sampled(NamedTuple):
     raw: Any = None  # a numpy array, or None when the buffer holds the row as llama.cpp computed it
 
 
+class DraftWanted(NamedTuple):
+    """A running sequence a drafting step is asked to draft for, before a batch is packed."""
+
+    state: Any  # what the step's begin() returned for the sequence's request
+    seq_id: int
+    pending: Sequence[int]  # the tokens it decodes next (the last sampled one, and any sent in)
+    history: Sequence[int]  # what its memory holds
+    n_max: int  # the most draft tokens that fit this tick
+
+
 class Step(Protocol):
-    """How a running sequence advances in one tick."""
+    """How a running sequence advances in one tick.
+
+    A step keeps what it needs per sequence in the object its ``begin`` returns: the engine keeps that on
+    the sequence's slot (``Slot.step_state``) and hands it to every later call about that request
+    (``None`` where the sequence serves none).
+    """
 
     observes_batches: bool  # decoded() is called after every decode
-    drafts: bool  # prepare() is called before every batch is filled
+    drafts: bool  # prepare() is called before every batch is packed
 
-    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
-        """A request starts generating on ``seq_id``, whose memory holds ``tokens``."""
+    def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> Any:
+        """A request starts generating on ``seq_id``, whose memory holds ``tokens``: the sequence's state."""
 
-    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
-        """Before the batch is filled (``drafts``): ``(seq_id, pending, history, n_max)`` of every running
-        sequence, to draft for all of them at once."""
+    def prepare(self, wanted: Sequence[DraftWanted]) -> None:
+        """Before the batch is packed (``drafts``): every running sequence's draft, all at once."""
 
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+    def feed(self, state: Any, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
         """The tokens to decode for ``seq_id`` whose next inputs are ``pending`` (at most ``n_max`` more
         fit this tick), and which of their rows want logits (LAST or ALL)."""
 
-    def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
+    def take(self, state: Any, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
              fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
         """After the decode (``rows[i]`` is the batch row of ``fed[i]``): the sampled tokens in order (none
         after an ``eog`` token), how many of ``fed`` stay in memory (fewer when drafts were rejected), and
         the tokens to decode again before the last sampled one (the accepted part of a draft whose
         rejection restored a state checkpoint)."""
 
-    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
-        """After every decode (``observes_batches``): its rows, and how long it took."""
+    def decoded(self, batch: DecodedBatch, states: Sequence[Any], seconds: float) -> None:
+        """After every decode (``observes_batches``): its rows, the states of its sequences (one per
+        sequence in the batch, in row order; None for one that serves no generating request), and how long
+        it took."""
 
-    def rollback(self, seq_id: int, n_tokens: int) -> None:
+    def rollback(self, state: Any, seq_id: int, n_tokens: int) -> None:
         """The memory of ``seq_id`` now holds only its first ``n_tokens`` tokens."""
 
-    def end(self, seq_id: int, n_generated: int) -> None:
+    def end(self, state: Any, seq_id: int, n_generated: int) -> None:
         """The request on ``seq_id`` is over."""
 
     def close(self) -> None:
@@ -82,26 +98,26 @@ class PlainStep:
     drafts = False
 
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
+        return None  # nothing kept per sequence
+
+    def prepare(self, wanted: Sequence[DraftWanted]) -> None:
         pass
 
-    def prepare(self, wanted: Sequence[tuple[int, Sequence[int], Sequence[int], int]]) -> None:
-        pass
-
-    def feed(self, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
+    def feed(self, state: None, seq_id: int, pending: Sequence[int], n_max: int) -> tuple[list[int], RowMode]:
         return list(pending), RowMode.LAST
 
-    def take(self, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
+    def take(self, state: None, seq_id: int, ctx: Context, sampler: SequenceSampler, rows: Sequence[int],
              fed: Sequence[int], eog: Callable[[int], bool] | None = None) -> tuple[list[Sampled], int, list[int]]:
         token, raw = sampler.sample(ctx, rows[-1])
         return [Sampled(token, rows[-1], raw)], len(fed), []
 
-    def decoded(self, batch: DecodedBatch, seconds: float) -> None:
+    def decoded(self, batch: DecodedBatch, states: Sequence[Any], seconds: float) -> None:
         pass
 
-    def rollback(self, seq_id: int, n_tokens: int) -> None:
+    def rollback(self, state: None, seq_id: int, n_tokens: int) -> None:
         pass
 
-    def end(self, seq_id: int, n_generated: int) -> None:
+    def end(self, state: None, seq_id: int, n_generated: int) -> None:
         pass
 
     def close(self) -> None:

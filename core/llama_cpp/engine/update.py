@@ -136,7 +136,7 @@ class Update:
         for row in rows:
             slot = row.slot
             self.ctx.seq_rm(slot.seq_id, len(slot.ledger), -1)
-            self.step.rollback(slot.seq_id, len(slot.ledger))
+            self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
             outcomes.append((slot, outcome))
 
     def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
@@ -154,7 +154,7 @@ class Update:
         request.state = RequestState.RUNNING
         if request.max_tokens > 0 and not request.media:
             # (a drafter cannot see media: a request with media is not speculated)
-            self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)
+            slot.step_state = self.step.begin(slot.seq_id, slot.ledger.tokens, request.started)
         if request.keep_prompt_logits and slot.ledger.scores is not None:
             n = len(slot.ledger)
             request.prompt_logits = slot.ledger.scores[n - len(request.prompt):n].copy()
@@ -169,14 +169,14 @@ class Update:
                 continue
             self.ctx.seq_rm(fork.seq_id, 0, -1)
             self.ctx.seq_cp(slot.seq_id, fork.seq_id)
-            self.step.rollback(fork.seq_id, 0)
+            self.step.rollback(None, fork.seq_id, 0)
             fork.ledger.mirror(slot.ledger)
             fork.prefill_at = len(request.prompt)
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.serving.prompt_logits
             request.state = RequestState.RUNNING
             if not request.media:
-                self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)
+                fork.step_state = self.step.begin(fork.seq_id, fork.ledger.tokens, request.started)
             started.append(fork)
         return started
 
@@ -192,12 +192,13 @@ class Update:
         slot, fed = row.slot, row.fed
         try:
             eog = None if slot.serving.params.ignore_eos else self.is_eog
-            samples, kept, replay = self.step.take(slot.seq_id, self.ctx, slot.chain, row.rows, fed, eog)
+            samples, kept, replay = self.step.take(slot.step_state, slot.seq_id, self.ctx, slot.chain, row.rows,
+                                                   fed, eog)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
-            self.step.rollback(slot.seq_id, len(slot.ledger))
+            self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
         outcome = self._outcome(slot, samples)
         if replay and outcome.finish is None:  # decoded again, then the last sampled token
             slot.pending = [*replay, *slot.pending]
