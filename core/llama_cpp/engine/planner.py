@@ -431,10 +431,11 @@ class Planner:
         logits_all, checkpoints = self.logits_all, self.checkpoints
         if self.step.drafts:
             self._ask_drafts(selected)
-        plan = TickPlan([], [], [], selected[0].serving)
+        lead = selected[0].serving
+        plan = TickPlan([], [], [], lead.adapter_key, lead.adapters)
         rows = plan.rows
         used = outputs = 0
-        key = plan.adapters.adapter_key
+        key = plan.adapter_key
         for slot in selected:
             request, ledger = slot.serving, slot.ledger
             if request.state == RequestState.PREFILL:
@@ -462,13 +463,14 @@ class Planner:
                 if logits_all:
                     mode = RowMode.ALL
                 kind = RowKind.STEP
-            wanted = len(fed) if mode is RowMode.ALL else int(mode is RowMode.LAST)  # logits rows asked for
-            if not fed or len(fed) > capacity - used or outputs + wanted > max_outputs:
+            n_fed = len(fed)
+            wanted = n_fed if mode is RowMode.ALL else int(mode is RowMode.LAST)  # logits rows asked for
+            if not n_fed or n_fed > capacity - used or outputs + wanted > max_outputs:
                 continue
             outputs += wanted
-            if len(ledger.tokens) + len(fed) > n_ctx_seq:
+            if len(ledger.tokens) + n_fed > n_ctx_seq:
                 try:
-                    self._make_room(slot, len(fed))
+                    self._make_room(slot, n_fed)
                 except (RuntimeError, ValueError) as exc:
                     plan.refused.append((slot, exc))
                     continue
@@ -480,7 +482,7 @@ class Planner:
                     slot.chain.accepted(request.sent)
                     request.sent.clear()
             rows.append(BatchRow(slot, fed, len(ledger.tokens), used, mode, kind))
-            used += len(fed)
+            used += n_fed
         return plan
 
     def _plan_media(self, slot: Slot, plan: TickPlan) -> None:

@@ -20,7 +20,6 @@ import numpy as np
 
 from .._adapters import Adapters
 from .context import Context, RowMode
-from .request import Request
 from .slot import BatchRow, TickPlan
 from .step import DecodedBatch, Step
 
@@ -64,7 +63,7 @@ class ContextRunner:
                 failed[i] = broken[seq_id]
                 continue
             try:
-                self._use_adapters(plan.adapters)
+                self._use_adapters(plan)
                 media.chunk.evaluate(self.ctx, media.position, seq_id)
             except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
                 self.ctx.seq_rm(seq_id, media.position, -1)
@@ -73,7 +72,7 @@ class ContextRunner:
             return Decoded(0, None, failed)
         self._write(plan.rows)
         try:
-            self._use_adapters(plan.adapters)
+            self._use_adapters(plan)
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
             return Decoded(-1, exc, failed)
         step = self.step
@@ -100,12 +99,12 @@ class ContextRunner:
             else:
                 batch.add(row.fed, row.position, row.slot.seq_id, row.mode)
 
-    def _use_adapters(self, request: Request) -> None:
-        """Set ``request``'s adapters on the context, unless they are set already."""
-        key = request.adapter_key
+    def _use_adapters(self, plan: TickPlan) -> None:
+        """Set the plan's adapters on the context, unless they are set already."""
+        key = plan.adapter_key
         if (key, self.adapters.applied) != self._applied:  # compared by identity first: cheap per tick
             if key != self.adapters.applied:
-                self.adapters.apply(self.ctx.ptr, *request.adapters)
+                self.adapters.apply(self.ctx.ptr, *plan.adapters)
             self._applied = (key, self.adapters.applied)
 
     def _show(self, rows: Sequence[BatchRow], seconds: float) -> None:

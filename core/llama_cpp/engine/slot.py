@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
+from .._adapters import AdapterKey
 from .context import RowMode
 from .ledger import Ledger
 from .media import MediaChunk
@@ -82,10 +83,12 @@ class MediaRow(NamedTuple):
 
 
 class TickPlan(NamedTuple):
-    """What one tick runs: media chunks first, then one batch, all under ``adapters``' request's adapters;
-    ``refused`` are the slots whose tokens could not be made to fit, with the reason."""
+    """What one tick runs: media chunks first, then one batch, all under one adapter set (``adapters``, as
+    ``Adapters.apply`` takes it, and its ``adapter_key``: every request served shares them); ``refused``
+    are the slots whose tokens could not be made to fit, with the reason."""
 
     rows: list[BatchRow]
     media: list[MediaRow]
     refused: list[tuple[Slot, BaseException]]
-    adapters: Request  # the request whose adapters the tick is decoded under (all of its rows share them)
+    adapter_key: AdapterKey
+    adapters: tuple[Any, Any]

@@ -54,7 +54,8 @@ class Update:
     def apply(self, plan: TickPlan, decoded: Decoded) -> list[tuple[Slot, Outcome]]:
         """The outcome of every sequence the plan served (the tick's driver, no lock held)."""
         outcomes = [(slot, Outcome(finish="error", error=error)) for slot, error in plan.refused]
-        self._media_done(plan, decoded, outcomes)
+        if plan.media:
+            self._media_done(plan, decoded, outcomes)
         rows = plan.rows
         if not rows:
             return outcomes
@@ -115,7 +116,7 @@ class Update:
                 outcomes.append((slot, Outcome(finish="error", error=error)))
                 continue
             request, ledger = slot.serving, slot.ledger
-            ledger.note_adapters(plan.adapters.adapter_key)
+            ledger.note_adapters(plan.adapter_key)
             ledger.tokens.extend(media_entries(chunk.key, chunk.n_pos))
             slot.prefill_at += chunk.n_pos
             request.n_prompt_evaluated += chunk.n_pos
