@@ -18,13 +18,24 @@ importable from here under its seed name.
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from .engine.checkpoints import HybridCheckpointCache
 from .engine.ledger import lookup_by_protocol
 from .plugins import seed_exports
 
-__all__ = ["BaseLlamaCache", "HybridCheckpointCache"]
+__all__ = ["BaseLlamaCache", "HybridCheckpointCache", "PromptCache"]
+
+
+class PromptCache(Protocol):
+    """What the engine asks of a prompt cache (a cache strategy's factory returns one): the seed's protocol.
+    A cache may also have :meth:`BaseLlamaCache.lookup`; the engine uses it when it is there."""
+
+    def __contains__(self, key: Sequence[int]) -> bool: ...
+
+    def __getitem__(self, key: Sequence[int]) -> Any: ...
+
+    def __setitem__(self, key: Sequence[int], value: Any) -> None: ...
 
 
 class BaseLlamaCache(abc.ABC):

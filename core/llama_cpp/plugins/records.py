@@ -13,6 +13,8 @@ import attrs
 
 if TYPE_CHECKING:  # the contracts the factories build (their modules import this one at run time)
     from ..engine.policy import Policy
+    from ..llama_cache import PromptCache
+    from ..llama_chat_format import LlamaChatCompletionHandler
     from ..llama_speculative import LlamaSpecEngine
     from ..sampling import ChainContext
 
@@ -54,10 +56,11 @@ class ChatFormat:
 
 @attrs.frozen
 class MultimodalHandler:
-    """A multimodal chat handler class (``chat_handler=...``) chosen by name."""
+    """A multimodal chat handler class (``chat_handler=...``) chosen by name: ``factory(clip_model_path=...,
+    **options)`` returns a chat handler (llama-cpp-python's handler protocol)."""
 
     name: str = attrs.field(validator=_valid_name)
-    factory: Callable[..., Any]
+    factory: Callable[..., LlamaChatCompletionHandler]
     description: str = ""
 
 
@@ -73,10 +76,11 @@ class SpeculativeEngine:
 
 @attrs.frozen
 class CacheStrategy:
-    """A prompt cache: ``factory(**options)`` returns a cache object."""
+    """A prompt cache: ``factory(**options)`` returns a cache: the seed's protocol (``in``, ``[]``), and a
+    ``lookup`` if it has one (:class:`llama_cpp.llama_cache.BaseLlamaCache`)."""
 
     name: str = attrs.field(validator=_valid_name)
-    factory: Callable[..., Any]  # any object with the seed's protocol (``in``, ``[]``) or a ``lookup``
+    factory: Callable[..., PromptCache]
     description: str = ""
     options: Mapping[str, Any] = attrs.field(factory=dict)
 

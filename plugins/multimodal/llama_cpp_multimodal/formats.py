@@ -256,7 +256,8 @@ def convert_to_png(data: bytes, sniffed: MediaFormat | None, max_pixels: int) ->
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=CONVERTIBLE_BY_PILLOW) as image:
-                check_pixels(*image.size, max_pixels)
+                width, height = image.size
+                check_pixels(width, height, max_pixels)
                 image.load()
                 alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
                 out = io.BytesIO()

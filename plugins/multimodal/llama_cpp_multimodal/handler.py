@@ -247,7 +247,8 @@ class MTMDChatHandler(Closing):
         variables = variables if variables is not None else self.template_variables({})
         if not isinstance(messages, list):
             raise ValueError("messages must be a list of {'role': ..., 'content': ...} dicts")
-        prepared, media = [], []
+        prepared: list[dict[str, Any]] = []
+        media: list[MediaInput] = []
         kinds_seen: dict[str, int] = {}
         takes = [kind for kind, taken in (("image", self.projector.vision), ("audio", self.projector.audio)) if taken]
         for index, message in enumerate(messages):

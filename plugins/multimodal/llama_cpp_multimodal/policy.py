@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Callable, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import attrs
 
@@ -54,18 +54,18 @@ def resolve_host(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     # a switch that guards a door: "false" read from a config file must not open it
     if not isinstance(value, bool):
         raise ValueError(f"MediaPolicy.{attribute.name} must be True or False, not {value!r}")
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"MediaPolicy.{attribute.name} must be a positive number, not {value!r}")
 
 
-def _not_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"MediaPolicy.{attribute.name} must be a whole number, 0 or more, not {value!r}")
 
@@ -76,7 +76,7 @@ def _lower_set(value: Sequence[str]) -> frozenset[str]:
     return frozenset(s.lower() for s in value)
 
 
-def _remote_schemes(instance: object, attribute: attrs.Attribute, value: frozenset[str]) -> None:
+def _remote_schemes(instance: object, attribute: attrs.Attribute[Any], value: frozenset[str]) -> None:
     if not value <= REMOTE_SCHEMES:
         raise ValueError(f"MediaPolicy.schemes: {sorted(value - REMOTE_SCHEMES)} not supported; "
                          f"allowed: {sorted(REMOTE_SCHEMES)}")

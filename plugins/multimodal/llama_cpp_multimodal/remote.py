@@ -104,7 +104,7 @@ def _check(url: str, policy: MediaPolicy) -> _Target:
 def _connector(addresses: tuple[str, ...], port: int) -> Callable[..., socket.socket]:
     """A replacement for ``socket.create_connection`` that only dials the checked addresses."""
 
-    def connect(_address: object, timeout: float, source_address: object = None) -> socket.socket:
+    def connect(_address: object, timeout: float, source_address: tuple[str, int] | None = None) -> socket.socket:
         error: OSError | None = None
         for address in addresses:
             try:
