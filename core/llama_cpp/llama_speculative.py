@@ -191,9 +191,15 @@ class SpecConfig:
     lookup_cache_static: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.spec_type, SpeculativeType):
-            self.spec_type = (SpeculativeType.from_str(self.spec_type) if isinstance(self.spec_type, str)
-                              else _type_from_int(self.spec_type))
+        self.spec_type = self.speculative_type
+
+    @property
+    def speculative_type(self) -> SpeculativeType:
+        """``spec_type`` as the enum (it may be given, or set later, as a name or a number)."""
+        value = self.spec_type
+        if isinstance(value, SpeculativeType):
+            return value
+        return SpeculativeType.from_str(value) if isinstance(value, str) else _type_from_int(value)
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> SpecConfig:
@@ -206,7 +212,7 @@ class SpecConfig:
         return cls(**options)
 
     def enabled(self) -> bool:
-        return not SpeculativeType(self.spec_type).is_none()
+        return not self.speculative_type.is_none()
 
     def resolved_draft_n_gpu_layers(self) -> int:
         """llama.cpp's value: ``"auto"`` is -1, ``"all"`` is -2, an integer is itself."""
@@ -219,7 +225,7 @@ class SpecConfig:
 
     def max_draft_tokens(self) -> int:
         """The longest draft this configuration proposes (it sizes the outputs of a decode)."""
-        t = SpeculativeType(self.spec_type)
+        t = self.speculative_type
         if t.is_draft():
             return self.draft_n_max
         if t in (SpeculativeType.NGRAM_SIMPLE, SpeculativeType.NGRAM_MAP_K, SpeculativeType.NGRAM_MAP_K4V):
@@ -232,11 +238,11 @@ class SpecConfig:
 
     def needs_target_mtp(self) -> bool:
         """MTP without a draft file drafts with the target's own NextN layers (loaded with ``load_mtp``)."""
-        return SpeculativeType(self.spec_type).is_mtp() and not self.draft_model_path
+        return self.speculative_type.is_mtp() and not self.draft_model_path
 
     def validate(self) -> SpecConfig:
         """Check every field; ValueError naming the first wrong one.  Returns self."""
-        t = SpeculativeType(self.spec_type)
+        t = self.speculative_type
         if t == SpeculativeType.COUNT:
             raise ValueError("SpecConfig.spec_type: COUNT is not a speculative type")
         _ranged("draft_n_max", self.draft_n_max, 1, 1024)
@@ -471,7 +477,7 @@ def create_spec_engine(config: SpecConfig | Mapping[str, Any]) -> LlamaSpecEngin
     config.validate()
     if not config.enabled():
         raise ValueError("SpecConfig.spec_type is NONE: nothing to create")
-    record = get_host().choose(SpeculativeEngine, SpeculativeType(config.spec_type).to_str())
+    record = get_host().choose(SpeculativeEngine, config.speculative_type.to_str())
     return record.factory(config=config)
 
 

@@ -11,6 +11,7 @@ stays the target's, only slower.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,7 +40,7 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
 
     def __init__(self, config: SpecConfig) -> None:
         self.config = config.validate()
-        self.type = SpeculativeType(config.spec_type)
+        self.type = config.speculative_type
         if self.type.is_none():
             raise ValueError("SpecConfig.spec_type is NONE: a native engine needs a speculative type")
         self.name = self.type.to_str()
@@ -103,7 +104,7 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
             overrides = moe_cpu_overrides(cfg.draft_cpu_moe, cfg.draft_n_cpu_moe)
             if overrides is not None:
                 mparams.tensor_buft_overrides = overrides.array
-            self._draft_model = load_model(cfg.draft_model_path, mparams, quiet=not target.verbose)
+            self._draft_model = load_model(Path(cfg.draft_model_path), mparams, quiet=not target.verbose)
             model_ptr = self._draft_model.ptr
             if lib.llama_model_n_embd(model_ptr) != lib.llama_model_n_embd(target.model.ptr) and \
                     not self.type == SpeculativeType.DRAFT_SIMPLE:
@@ -191,7 +192,7 @@ class NativeSpeculativeEngine(LlamaSpecEngine):
         # a draft context must have seen every token the target holds (it was evaluated in this sequence)
         self._drafting[seq_id] = self._draft_ctx is None or self._mirrored[seq_id] >= len(prompt_tokens)
 
-    def _restart(self, seq_id: int, tokens: Sequence[int]) -> None:
+    def _restart(self, seq_id: int, tokens: Sequence[int] | np.ndarray) -> None:
         buf = np.ascontiguousarray(tokens, dtype=np.int32)
         if not lib.llama_cpp_native_spec_begin(self._live(), seq_id, ffi.from_buffer("llama_token[]", buf),
                                                len(buf), self._error):
@@ -292,9 +293,9 @@ def _config_for(spec_type: SpeculativeType, config: SpecConfig | None, options: 
         return SpecConfig.from_dict({**options, "spec_type": spec_type})
     if options:
         raise ValueError(f"pass either a SpecConfig or options, not both (got {sorted(options)})")
-    if SpeculativeType(config.spec_type) != spec_type:
+    if config.speculative_type != spec_type:
         raise ValueError(f"the {spec_type.to_str()} engine was given a SpecConfig for "
-                         f"{SpeculativeType(config.spec_type).to_str()}")
+                         f"{config.speculative_type.to_str()}")
     return config
 
 

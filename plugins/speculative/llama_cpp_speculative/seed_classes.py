@@ -31,7 +31,7 @@ class LlamaNGramMapDecoding(NativeSpeculativeEngine):
                             ngram_min_hits=min_hits, ngram_max_entries_per_key=max_entries_per_key)
         if config.spec_type not in _MAP_TYPES:
             raise ValueError(f"LlamaNGramMapDecoding: spec_type must be ngram-map-k or ngram-map-k4v, got "
-                             f"{SpeculativeType(config.spec_type).to_str()!r}")
+                             f"{config.speculative_type.to_str()!r}")
         if isinstance(sync_check_tokens, bool) or not isinstance(sync_check_tokens, int) or sync_check_tokens < 0:
             raise ValueError(f"LlamaNGramMapDecoding: sync_check_tokens must be an integer >= 0, "
                              f"got {sync_check_tokens!r}")
@@ -52,7 +52,7 @@ class LlamaMTPDecoding(NativeSpeculativeEngine):
             config = SpecConfig.from_dict({**options, "spec_type": SpeculativeType.DRAFT_MTP})
         elif options:
             raise ValueError(f"pass either a SpecConfig or options, not both (got {sorted(options)})")
-        if not SpeculativeType(config.spec_type).is_mtp():
+        if not config.speculative_type.is_mtp():
             raise ValueError(f"LlamaMTPDecoding needs spec_type draft-mtp, got "
-                             f"{SpeculativeType(config.spec_type).to_str()!r}")
+                             f"{config.speculative_type.to_str()!r}")
         super().__init__(config)
