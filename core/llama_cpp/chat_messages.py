@@ -38,7 +38,7 @@ the field (``messages[2].content[0].text must be a string``).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 #: Role names that are another name for one every format knows.
 ROLE_ALIASES = {"developer": "system"}
@@ -135,7 +135,7 @@ def content_text(content: str | list[Mapping[str, Any]] | None) -> str:
     return "\n".join(part["text"] for part in content if part.get("type") == "text")
 
 
-def require_text(messages: list[Mapping[str, Any]]) -> None:
+def require_text(messages: Sequence[Mapping[str, Any]]) -> None:
     """ValueError naming the part, unless every content part of ``messages`` is text: a text-only chat format
     would render a conversation without its images or audio."""
     for i, message in enumerate(messages):

@@ -268,7 +268,7 @@ def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, 
             result["choices"][0]["text"] = content
             chat = completion_to_chat_completion(result)
         else:
-            message = {"role": "assistant", "content": content or None, "tool_calls": calls}
+            message: dict[str, Any] = {"role": "assistant", "content": content or None, "tool_calls": calls}
             if len(calls) == 1:
                 message["function_call"] = dict(calls[0]["function"])
             chat = completion_to_chat_completion(result, message=message, finish_reason="tool_calls")
@@ -289,9 +289,10 @@ def complete_functionary(llama: Any, dialect: Dialect, messages: list[dict[str, 
         return stream_forced_call(result, name)
     # the grammar makes the arguments valid JSON, unless max_tokens cut them short (finish_reason "length")
     call = make_tool_call(name, result["choices"][0]["text"])
-    message = {"role": "assistant", "content": None, "tool_calls": [call], "function_call": dict(call["function"])}
+    forced_message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call],
+                                      "function_call": dict(call["function"])}
     finish = "tool_calls" if result["choices"][0]["finish_reason"] == "stop" else result["choices"][0]["finish_reason"]
-    return completion_to_chat_completion(result, message=message, finish_reason=finish)
+    return completion_to_chat_completion(result, message=forced_message, finish_reason=finish)
 
 
 def functionary_handler(requested: str) -> Callable[..., Any]:

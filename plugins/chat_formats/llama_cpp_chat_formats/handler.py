@@ -134,10 +134,9 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
     grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
     stream = bool(request.get("stream"))
-    parse_tools = tools is not None and tool_choice != "none"
     result = llama.create_completion(prompt_tokens, grammar=grammar, stop=user_stops(request, *format_stops),
                                      stream=stream, **completion_arguments(request))
-    if not parse_tools:
+    if tools is None or tool_choice == "none":
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
     if stream:
         if forced is not None:
@@ -161,7 +160,7 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
     if not calls:
         choice["message"]["content"] = content  # without routing markers such as functionary's ">>>all"
     else:
-        message = {"role": "assistant", "content": content, "tool_calls": calls}
+        message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": calls}
         if len(calls) == 1:  # the legacy field, as the seed returns it
             message["function_call"] = dict(calls[0]["function"])
         choice["message"] = message

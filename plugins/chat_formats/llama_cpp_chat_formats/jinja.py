@@ -125,9 +125,9 @@ _PROBE = "template-probe-5f0c"
 def _with_object_arguments(call: dict[str, Any], where: str) -> dict[str, Any]:
     """``call`` with its JSON-string arguments parsed, for a template that renders them as an object."""
     fn = call.get("function")
-    arguments = fn.get("arguments") if isinstance(fn, dict) else None
-    if not isinstance(arguments, str):
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
         return call
+    arguments = fn["arguments"]
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError:

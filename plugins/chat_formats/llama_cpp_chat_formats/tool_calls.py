@@ -74,7 +74,7 @@ def _named(obj: Any, names: list[str]) -> dict[str, Any] | None:
     return None
 
 
-def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     blocks = list(_HERMES.finditer(text))
     calls = []
     for block in blocks:
@@ -93,7 +93,7 @@ def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
     return text[: blocks[0].start()].strip(), calls
 
 
-def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     at = text.find("[TOOL_CALLS]")
     if at < 0:
         return None
@@ -109,7 +109,7 @@ def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict]] | None
     return (text[:at].strip(), calls) if calls else None
 
 
-def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tuple[str, list[dict]] | None:
+def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tuple[str, list[dict[str, Any]]] | None:
     calls, first = [], None
     for match in pattern.finditer(text):
         values = _json_values(text[match.end():])
@@ -119,7 +119,7 @@ def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tu
     return (text[:first].strip(), calls) if calls else None
 
 
-def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     calls, first = [], None
     for match in _FUNCTION_TAG.finditer(text):
         values = _json_values(text[match.end():])
@@ -129,7 +129,7 @@ def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict]] 
     return (text[:first].strip(), calls) if calls else None
 
 
-def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     at = text.find("functools[")
     if at < 0:
         return None
@@ -140,7 +140,7 @@ def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict]] | No
     return (text[:at].strip(), calls) if calls else None
 
 
-def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     """functionary v3.2: messages ``>>>RECIPIENT\\n...``; ``all`` is text, an offered function a call."""
     if ">>>" not in text:
         return None
@@ -160,7 +160,7 @@ def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict]] | N
     return "".join(texts).strip(), calls
 
 
-def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict]] | None:
+def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     body = text.split("<|python_tag|>", 1)[-1]
     values = _json_values(body)
     if not values or body[: values[0][1]].strip():
