@@ -173,11 +173,12 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def rerank(body: RerankRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
-        if not callable(getattr(llm, "rank", None)):
+        rank = getattr(llm, "rank", None)  # a LlamaEmbedding's (a plain Llama has none)
+        if not callable(rank):
             lease.release()
             raise errors.APIError(400, f"model {lease.served.name!r} is not a reranker (load it with "
                                   "embeddings: true and a rank pooling type)", param="model")
-        scores = await answer(request, lease, lambda: llm.rank(body.query, body.documents))
+        scores = await answer(request, lease, lambda: rank(body.query, body.documents))
         if isinstance(scores, Response):
             return scores
         order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[:body.top_n or len(scores)]

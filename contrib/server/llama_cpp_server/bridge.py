@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -119,7 +119,7 @@ class _End:
 
 
 async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scope: RequestScope,
-                      workers: Workers, ping_interval: float | None = None) -> AsyncIterator[Any]:
+                      workers: Workers, ping_interval: float | None = None) -> AsyncGenerator[Any, None]:
     """The items of ``make()``'s iterator, produced on a worker thread.  Awaiting the result's first item
     raises what ``make`` raised before producing anything (a bad request is an error response, not a
     stream); the iterator's ``aclose()`` (a disconnect) cancels the engine requests.  With
@@ -143,7 +143,7 @@ async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scop
 
     worker = asyncio.ensure_future(run_in_threadpool(work))
 
-    async def items() -> AsyncIterator[Any]:
+    async def items() -> AsyncGenerator[Any, None]:
         next_ping: float | None = None  # none before the first item: until then the answer has not started
         try:
             while True:
@@ -187,7 +187,7 @@ def ping_event() -> bytes:
     return f": ping - {datetime.now(timezone.utc)}\n\n".encode()
 
 
-async def sse_events(first: Any, rest: AsyncIterator[Any], shape: Callable[[Any], list[Any]],
+async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callable[[Any], list[Any]],
                      scope: RequestScope) -> AsyncIterator[bytes]:
     """The SSE body: each item shaped into zero or more events, pings as comments, ``[DONE]`` at the end;
     an error after the stream started is sent as an error event (the status line is gone by then).  However

@@ -11,6 +11,7 @@ prompt once.
 from __future__ import annotations
 
 import contextvars
+import functools
 import queue
 import threading
 from typing import Any, Callable, Iterator
@@ -49,7 +50,7 @@ def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - raised below, on the caller's thread
             results[j] = exc
 
-    for thread in _start_all([lambda j=j: run(j) for j in range(len(calls))]):
+    for thread in _start_all([functools.partial(run, j) for j in range(len(calls))]):
         thread.join()
     for result in results:
         if isinstance(result, BaseException):
@@ -82,7 +83,7 @@ def chat_choice_streams(llm: Any, calls: list[dict[str, Any]]) -> Iterator[dict[
         finally:
             out.put(finished)
 
-    _start_all([lambda j=j: pump(j) for j in range(len(calls))])
+    _start_all([functools.partial(pump, j) for j in range(len(calls))])
     prompt = completion = 0
     base: dict[str, Any] = {}
     remaining = len(calls)

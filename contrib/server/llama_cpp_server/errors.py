@@ -113,7 +113,7 @@ def install(app: FastAPI, fields: Iterable[str] = ()) -> None:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
         param = _location(tuple(first.get("loc", ())))
-        kind = first.get("type", "")
+        kind = str(first.get("type", ""))
         if kind == "json_invalid":
             return error_response(400, f"the request body is not valid JSON: {first.get('msg')}", None, "invalid_json")
         if param == "body" and kind in ("model_attributes_type", "dict_type", "missing"):

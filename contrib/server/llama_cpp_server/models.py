@@ -87,6 +87,7 @@ def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
     kwargs = llama_kwargs(model, server)
     cls = LlamaEmbedding if model.embeddings else Llama
     if model.hf_repo:
+        assert model.hf_file is not None  # the settings refuse one without the other
         if model.mmproj_path:
             from llama_cpp._hub import hub_download
 

@@ -108,7 +108,7 @@ async def _get(app: ASGIApp, path: str) -> tuple[int, bytes]:
 class LlamaServer:
     """One replica: this server's app for ``settings``, its first model loaded before Serve routes to it."""
 
-    async def __init__(self, settings: Settings) -> None:
+    async def __init__(self, settings: Settings) -> None:  # type: ignore[misc]  # Serve awaits a replica's async __init__
         app = create_app(settings)
         pool = app.state.pool
         # the app's lifespan (which Serve runs after this) would load in the background, but Serve's first
@@ -156,7 +156,7 @@ def deployment(settings: Settings, *, num_replicas: int | None = None, autoscali
         sizing["num_replicas"] = 1 if num_replicas is None else num_replicas
     if ray_actor_options is not None:
         sizing["ray_actor_options"] = dict(ray_actor_options)
-    return LlamaServer.options(**{**sizing, **options}).bind(settings)
+    return LlamaServer.options(**{**sizing, **options}).bind(settings)  # type: ignore[attr-defined]  # a Deployment, not the class
 
 
 def _build(ray_args: Mapping[str, Any], settings: Settings) -> Application:

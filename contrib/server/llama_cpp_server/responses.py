@@ -311,8 +311,9 @@ class ToolParam(_Out):
 
 
 # the request bodies' free-form lists (dicts for the library to check): the schema shows their items' shape
-_ITEMS = {("ChatRequest", "messages"): ChatMessageParam, ("ChatRequest", "tools"): ToolParam,
-          ("ChatRequest", "functions"): FunctionParam}
+_ITEMS: dict[tuple[str, str], type[BaseModel]] = {
+    ("ChatRequest", "messages"): ChatMessageParam, ("ChatRequest", "tools"): ToolParam,
+    ("ChatRequest", "functions"): FunctionParam}
 _FREE_FORM = {"additionalProperties": True, "type": "object"}
 
 
@@ -417,7 +418,7 @@ METRICS: dict[int | str, dict[str, Any]] = {
     **errors(401, 500)}
 
 # referenced from the event streams' schemas and from `errors()` only: install() adds them to the components
-_REFERENCED = (TextCompletionChunk, ChatCompletionChunk, ErrorResponse)
+_REFERENCED: tuple[type[BaseModel], ...] = (TextCompletionChunk, ChatCompletionChunk, ErrorResponse)
 
 
 def install(app: FastAPI) -> None:

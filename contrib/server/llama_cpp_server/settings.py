@@ -24,7 +24,7 @@ from typing import Any, Literal, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from llama_cpp.llama_cpp import llama_flash_attn_type
+from llama_cpp.llama_cpp import llama_flash_attn_type  # type: ignore[attr-defined]  # made at import from the header
 
 __all__ = ["ConfigFileSettings", "ModelSettings", "ServerSettings", "Settings", "load_settings",
            "read_config_file"]
@@ -359,10 +359,10 @@ def read_config_file(path: str) -> dict[str, Any]:
 
         data = yaml.safe_load(text)
     elif p.suffix == ".toml":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ImportError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:
+            import tomli as tomllib
         data = tomllib.loads(text)
     else:
         data = json.loads(text)
