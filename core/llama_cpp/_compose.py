@@ -55,7 +55,7 @@ def resolve(kind: str, value: Any) -> Any:
     name = options.pop(name_key, None)
     if not isinstance(name, str):
         raise ValueError(f"{kind}={value!r} must name a plugin with the key {name_key!r}")
-    record = get_host().choose(record_type, name)
+    record: Any = get_host().choose(record_type, name)
     return record.factory(**options)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from llama_cpp_native import ffi, lib
 
@@ -41,13 +41,18 @@ def as_pointer(handle: Any, ctype: str) -> Any:
         raise TypeError(f"expected a {ctype} (an int, a ctypes c_void_p or cffi cdata), got {handle!r}")
     return ffi.cast(ctype, address)
 
+_Self = TypeVar("_Self", bound="Closing")
+
 
 class Closing:
     """``with`` support and a last-resort ``close()`` at garbage collection (subclasses define close)."""
 
     __slots__ = ()
 
-    def __enter__(self):  # noqa: ANN204 - returns the subclass instance
+    def close(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define close()")
+
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -126,7 +126,7 @@ def capture_messages(*, quiet: bool = False) -> Iterator[CapturedLog]:
 
 @ffi.callback("ggml_log_callback")
 def _on_log(level: int, text: object, user_data: object) -> None:
-    message = ffi.string(text).decode("utf-8", "replace")  # type: ignore[arg-type]
+    message = ffi.string(text).decode("utf-8", "replace")
     captured = getattr(_captures, "log", None)
     if captured is not None:
         captured.add(level, message)

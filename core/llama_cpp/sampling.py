@@ -12,7 +12,7 @@ import functools
 import inspect
 import math
 import sys
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import attrs
 from llama_cpp_native import ffi, lib
@@ -29,13 +29,13 @@ MAX_LIST_ENTRIES = {"dry_seq_breakers": 64, "grammar_triggers": 64, "logit_bias"
 MAX_ENTRY_CHARS = 256  # the longest DRY breaker or trigger word
 
 
-def _finite_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _finite_number(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
 
 
-def _in_range(lo: float | None = None, hi: float | None = None):
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _in_range(lo: float | None = None, hi: float | None = None) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         _finite_number(instance, attribute, value)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             bounds = f"{'' if lo is None else lo}..{'' if hi is None else hi}"
@@ -44,9 +44,9 @@ def _in_range(lo: float | None = None, hi: float | None = None):
     return check
 
 
-def _int(lo: int = -INT32_MAX - 1, hi: int = INT32_MAX):
+def _int(lo: int = -INT32_MAX - 1, hi: int = INT32_MAX) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     """An integer in ``lo..hi`` (by default what a C ``int32_t`` holds: every integer reaches llama.cpp)."""
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{attribute.name} must be an integer, got {value!r}")
         if not lo <= value <= hi:
@@ -55,7 +55,7 @@ def _int(lo: int = -INT32_MAX - 1, hi: int = INT32_MAX):
     return check
 
 
-def _strings(instance: Any, attribute: attrs.Attribute, value: tuple[Any, ...]) -> None:
+def _strings(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
     """A bounded list of non-empty strings (the DRY sequence breakers)."""
     _bounded(attribute.name, value)
     for s in value:
@@ -78,7 +78,7 @@ def normalize_seed(seed: Any) -> int:
     return LLAMA_DEFAULT_SEED if seed < 0 else seed
 
 
-def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _logit_bias(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, Mapping):
@@ -93,7 +93,7 @@ def _logit_bias(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
                              f"for token {token!r}")
 
 
-def _tag(attribute: attrs.Attribute, value: Any) -> None:
+def _tag(attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
@@ -101,6 +101,10 @@ def _tag(attribute: attrs.Attribute, value: Any) -> None:
 def _grammar(value: Any) -> None:
     if value is not None and not (hasattr(value, "grammar") and hasattr(value, "root")):
         raise ValueError(f"grammar must be a LlamaGrammar (LlamaGrammar.from_string(...)), got {type(value).__name__}")
+
+
+def _stage_tuple(value: Iterable[str | SamplerStage] | None) -> tuple[str | SamplerStage, ...] | None:
+    return None if value is None else tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -149,7 +153,7 @@ class SamplingParams:
     seed: int = attrs.field(default=LLAMA_DEFAULT_SEED, validator=_int(0, LLAMA_DEFAULT_SEED))
     # the filter stages, in order, by name (or a SamplerStage record made for this call)
     samplers: tuple[str | SamplerStage, ...] | None = attrs.field(
-        default=None, converter=lambda v: None if v is None else tuple(v)
+        default=None, converter=_stage_tuple
     )
     extra_samplers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     extra: Mapping[str, Any] = attrs.field(factory=dict)
@@ -247,7 +251,7 @@ class ChainContext:
     ffi: Any = ffi
     # Python objects a stage's native samplers point into (callbacks, arrays):
     # the chain keeps them alive as long as it lives
-    keep: list = attrs.field(factory=list)
+    keep: list[Any] = attrs.field(factory=list)
     # objects a stage hands to whoever drives the chain, by stage name (the reasoning budget's state
     # machine, whose force() ends the reasoning block now)
     controls: dict[str, Any] = attrs.field(factory=dict)
@@ -321,7 +325,7 @@ class SamplerChain:
             raise
 
     @classmethod
-    def adopt(cls, ptr: Any, keep: list, active: Sequence[str] = ()) -> SamplerChain:
+    def adopt(cls, ptr: Any, keep: list[Any], active: Sequence[str] = ()) -> SamplerChain:
         """The owner of a chain made elsewhere (``llama_sampler_clone`` of one), keeping ``keep`` (the Python
         objects its samplers call back into) alive as long as it lives."""
         if ptr == ffi.NULL:

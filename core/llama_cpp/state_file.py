@@ -258,11 +258,11 @@ def _looks_pickled(data: bytes) -> bool:
 
 @contextlib.contextmanager
 def _opened(source: Source) -> Iterator[tuple[IO[bytes], str]]:
-    if hasattr(source, "read"):
-        yield source, str(getattr(source, "name", "<stream>"))  # type: ignore[misc]
+    if not isinstance(source, (str, os.PathLike)):  # an open binary stream
+        yield source, str(getattr(source, "name", "<stream>"))
         return
-    with open(source, "rb") as fh:  # type: ignore[arg-type]
-        yield fh, os.fspath(source)  # type: ignore[arg-type]
+    with open(source, "rb") as fh:
+        yield fh, os.fspath(source)
 
 
 def _read_exactly(fh: IO[bytes], n: int, name: str, what: str) -> bytes:
