@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from llama_cpp_native import ffi, lib
 
@@ -49,8 +49,8 @@ class Closing:
 
     __slots__ = ()
 
-    def close(self) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must define close()")
+    if TYPE_CHECKING:  # every subclass defines it; declared for the type checker only
+        def close(self) -> None: ...
 
     def __enter__(self: _Self) -> _Self:
         return self
