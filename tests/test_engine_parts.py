@@ -397,7 +397,7 @@ def test_an_aborted_decode_ends_its_requests_with_abort():
     assert req.finish_reason == "abort"
 
 
-def test_a_prompt_past_the_window_is_refused_in_the_plan():
+def test_a_full_sequence_shifts_its_context_and_stays_mirrored():
     scheduler, ctx, runner = engine(n_seq_max=1, n_ctx_seq=8, n_batch=8)
     req = request([1, 2, 3, 4, 5, 6, 7], max_tokens=20)
     scheduler.submit(req)
@@ -405,6 +405,18 @@ def test_a_prompt_past_the_window_is_refused_in_the_plan():
     # the context shift makes room while generating (n_keep 0: half the sequence goes each time)
     assert tokens == solo([1, 2, 3, 4, 5, 6, 7], 20)
     assert all(len(held) <= 8 for held in ctx.memory.values())
+    assert_mirrors(scheduler, ctx)
+
+
+def test_a_sequence_that_cannot_shift_is_refused_in_the_plan():
+    scheduler, ctx, runner = engine(n_seq_max=1, n_ctx_seq=8, n_batch=8)
+    ctx.can_shift = lambda: False  # type: ignore[method-assign]
+    req = request([1, 2, 3, 4, 5, 6, 7], max_tokens=20)
+    scheduler.submit(req)
+    with pytest.raises(RuntimeError, match="the context is full"):
+        run(scheduler, req)
+    assert any(plan.refused for plan in runner.plans)
+    assert req.n_generated == 2 and scheduler.slots[0].request is None  # from the prompt, then from position 7, the last
     assert_mirrors(scheduler, ctx)
 
 

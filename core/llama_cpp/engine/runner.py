@@ -36,8 +36,7 @@ class Runner(Protocol):
     """Executes plans (the scheduler's only way to decode)."""
 
     def run(self, plan: TickPlan) -> Decoded:
-        """Evaluate the plan's media chunks in order (a slot's chunks after a failed one are not run and
-        fail with the same error), then decode its rows."""
+        """Evaluate the plan's media chunks (at most one per slot), then decode its rows."""
 
     def embed(self, rows: Sequence[BatchRow]) -> int:
         """Decode ``rows`` under the default adapters (embeddings): llama_decode's status."""
@@ -56,18 +55,14 @@ class ContextRunner:
 
     def run(self, plan: TickPlan) -> Decoded:
         failed: dict[int, BaseException] = {}
-        broken: dict[int, BaseException] = {}  # seq_id: the error of its first failed chunk
         for i, media in enumerate(plan.media):
             seq_id = media.slot.seq_id
-            if seq_id in broken:
-                failed[i] = broken[seq_id]
-                continue
             try:
                 self._use_adapters(plan)
                 media.chunk.evaluate(self.ctx, media.position, seq_id)
             except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
                 self.ctx.seq_rm(seq_id, media.position, -1)
-                failed[i] = broken[seq_id] = exc
+                failed[i] = exc
         if not plan.rows:
             return Decoded(0, None, failed)
         self._write(plan.rows)
