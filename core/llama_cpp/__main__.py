@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:
     from . import Llama
@@ -130,14 +130,21 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_complete(args: argparse.Namespace) -> int:
     with _open_model(args) as llm:
         chunks = llm.create_completion(args.prompt, max_tokens=args.n_predict, stream=True, **_sampling(args))
-        _write(chunk["choices"][0]["text"] for chunk in chunks)
+        _write(chunk["choices"][0]["text"] for chunk in _streamed(chunks))
     return 0
 
 
 def _answer(llm: Llama, messages: list[dict[str, str]], args: argparse.Namespace) -> str:
     """Stream the assistant's reply through the model's chat handler (its own template, or --chat-format)."""
     chunks = llm.create_chat_completion(messages, max_tokens=args.n_predict, stream=True, **_sampling(args))
-    return _write(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks)
+    return _write(chunk["choices"][0]["delta"].get("content") or "" for chunk in _streamed(chunks))
+
+
+def _streamed(result: Any) -> Iterator[Any]:
+    """The chunks of a ``stream=True`` call, which returns an iterator of them (never a whole response)."""
+    if isinstance(result, dict):
+        raise TypeError("a stream=True call returned a whole response instead of its chunks")
+    return iter(result)
 
 
 def _cmd_chat(args: argparse.Namespace) -> int:

@@ -13,19 +13,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 
-from .llama_chat_format import (LlamaChatCompletionHandlerNotFoundException, chat_template_names,
-                                get_chat_completion_handler)
+from ._chat_handlers import GGUF_TEMPLATE_FORMAT
+from ._llama_base import LlamaBase
+from .llama_chat_format import LlamaChatCompletionHandlerNotFoundException, get_chat_completion_handler
 from .chat_messages import normalize_messages
-from .plugins import MultimodalHandler, get_host
 from .engine.normalize import check_tools
 from .engine.policy import tagged
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
-    from .llama import Llama
     from .llama_grammar import LlamaGrammar
-
-GGUF_TEMPLATE_FORMAT = "chat_template"
 
 # the sampling keywords the seed's create_chat_completion always hands its handler
 _ALWAYS_PASSED = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
@@ -33,44 +30,10 @@ _ALWAYS_PASSED = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presen
 _RECORD_DEFAULTS = {f.name: f.default for f in attrs.fields(SamplingParams)}
 
 
-def named_template_format(metadata: Mapping[str, str], name: str, chat_format: str | None) -> str:
-    """The chat format that renders the GGUF's template ``name`` (``Llama(chat_template_name=...)``)."""
-    if chat_format is not None:
-        raise ValueError(f"chat_template_name={name!r} and chat_format={chat_format!r} both choose the chat "
-                         "format; pass one of them")
-    names = chat_template_names(metadata)
-    if not isinstance(name, str) or name not in names:
-        raise ValueError(f"chat_template_name={name!r}: the model has no chat template of that name; "
-                         f"it has: {', '.join(names) or 'none'}")
-    return f"{GGUF_TEMPLATE_FORMAT}.{name}"
-
-
-def multimodal_handler(mmproj_path: str, chat_format: str | None, chat_template_name: str | None,
-                       options: Mapping[str, Any], verbose: bool) -> Any:
-    """The handler ``Llama(model, mmproj_path=...)`` makes: the multimodal handler registered as
-    ``chat_format`` (a family: ``qwen2.5-vl``, ``gemma3``...), else ``generic``, which renders the model's
-    own template (``chat_template_name`` picks a named one; ``chat_format`` in ``options`` is an explicit
-    Jinja template).  ``options`` are ``chat_handler_kwargs``."""
-    records = get_host().records(MultimodalHandler)
-    if not records:
-        raise ValueError("mmproj_path needs a multimodal handler plugin, and none is installed "
-                         "(pip install llama-cpp-multimodal)")
-    if chat_format is not None and chat_format not in records:
-        raise ValueError(f"chat_format={chat_format!r} with mmproj_path: not a multimodal handler; valid names: "
-                         f"{', '.join(sorted(records))} (or leave chat_format out to use the model's template)")
-    kwargs = {"verbose": verbose, **options, "mmproj_path": str(mmproj_path)}
-    if chat_format is None or chat_format == "generic":
-        return records["generic"].factory(chat_template_name=chat_template_name, **kwargs)
-    if chat_template_name is not None:
-        raise ValueError(f"chat_template_name picks one of the model's templates; the {chat_format!r} handler "
-                         "renders with its own (leave chat_format out to use the model's templates)")
-    return records[chat_format].factory(**kwargs)
-
-
-class ChatAPI:
+class ChatAPI(LlamaBase):
     """The chat methods of :class:`llama_cpp.Llama`."""
 
-    def _resolve_chat_handler(self: Llama) -> tuple[Any, dict[str, Any]]:
+    def _resolve_chat_handler(self) -> tuple[Any, dict[str, Any]]:
         if self.chat_handler is not None:
             return self.chat_handler, {}
         name = self.chat_format
@@ -80,9 +43,7 @@ class ChatAPI:
             return get_chat_completion_handler(GGUF_TEMPLATE_FORMAT), {"chat_template_name": name.split(".", 1)[1]}
         return get_chat_completion_handler(name), {}
 
-    def create_chat_completion(
-        self: Llama,
-        messages: list[dict[str, Any]],
+    def create_chat_completion(self, messages: list[dict[str, Any]],
         functions: list[dict[str, Any]] | None = None,
         function_call: str | dict[str, Any] | None = None,
         tools: list[dict[str, Any]] | None = None,
@@ -181,7 +142,7 @@ class ChatAPI:
         with tagged(priority, tenant):
             return handler(llama=self, messages=messages, **request)
 
-    def create_chat_completion_openai_v1(self: Llama, *args: Any, **kwargs: Any) -> Any:
+    def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """``create_chat_completion`` returning the openai package's typed objects."""
         try:
             from openai.types.chat import ChatCompletion, ChatCompletionChunk

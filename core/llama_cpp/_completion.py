@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 from llama_cpp_native import lib
 
+from ._llama_base import LlamaBase
 from ._text import StopScanner
 from .engine import Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
@@ -25,7 +26,6 @@ from .engine.sampler import token_logprob
 from .sampling import sampling_arguments
 
 if TYPE_CHECKING:
-    from .llama import Llama
     from .llama_grammar import LlamaGrammar
 
 
@@ -44,12 +44,18 @@ class _Prompt:
         return self.media.n_tokens if self.media is not None else len(self.tokens)
 
 
+#: a ``logprobs`` object of a text completion: ``tokens``, ``text_offset``, ``token_logprobs``, ``top_logprobs``
+Logprobs = dict[str, list[Any]]
+#: one token's entry: its text, its logprob (None for the first prompt token) and its top alternatives
+_TokenLogprob = tuple[str, float | None, dict[str, float] | None]
+
+
 class _Choice:
     """One choice of a completion: its request, and the text, stop strings and logprobs handed out so far."""
 
-    def __init__(self, llama: Llama, index: int, prompt: _Prompt, request: Request, stops: list[str],
+    def __init__(self, llama: LlamaBase, index: int, prompt: _Prompt, request: Request, stops: list[str],
                  echo: bool, logprobs: int | None) -> None:
-        self.piece = llama._model.piece  # bytes of a token: once per token, so bound once
+        self.piece = llama._loaded_model.piece  # bytes of a token: once per token, so bound once
         self.index = index
         self.prompt = prompt
         self.request = request
@@ -57,18 +63,18 @@ class _Choice:
         self.echo_pending = echo
         self.logprobs = logprobs
         self.offset = 0  # characters handed out so far (logprobs' text_offset)
-        self.pending_lp: list[tuple[str, float | None, dict | None]] = []
+        self.pending_lp: list[_TokenLogprob] = []
         self.finish: str | None = None
         self.n_read = 0  # tokens read (a stream may have run a few ahead of a stop string: those do not count)
 
     def piece_text(self, token: int) -> str:
         return self.piece(token).decode("utf-8", "replace")
 
-    def take_logprobs(self) -> dict[str, list] | None:
+    def take_logprobs(self) -> Logprobs | None:
         """The logprobs of the tokens whose text is handed out now."""
         if not self.pending_lp:
             return None
-        block: dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        block: Logprobs = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
         for text, value, top in self.pending_lp:
             block["tokens"].append(text)
             block["text_offset"].append(self.offset)
@@ -78,7 +84,7 @@ class _Choice:
         self.pending_lp = []
         return block
 
-    def echo_block(self) -> tuple[str, dict[str, list] | None]:
+    def echo_block(self) -> tuple[str, Logprobs | None]:
         """The echoed prompt and, with logprobs, its tokens' logprobs (None without logits_all)."""
         self.echo_pending = False
         text = self.prompt.text
@@ -88,7 +94,7 @@ class _Choice:
         tokens = self.prompt.tokens
         texts = [self.piece_text(t) for t in tokens]
         values: list[float | None] = [None]
-        tops: list[dict | None] = [None]
+        tops: list[dict[str, float] | None] = [None]
         rows = self.request.prompt_logits
         for i in range(1, len(tokens)):
             if rows is None:
@@ -112,16 +118,16 @@ class _Choice:
         return out.decode("utf-8", "replace"), hit
 
 
-class CompletionAPI:
+class CompletionAPI(LlamaBase):
     """The text-completion methods of :class:`llama_cpp.Llama`."""
 
-    def supports_infill(self: Llama) -> bool:
+    def supports_infill(self) -> bool:
         """Whether the model has fill-in-the-middle tokens (prefix, suffix, middle): only then does a
         ``suffix`` make the completion fill the gap; otherwise the suffix is appended to the text."""
         vocab = self._vocab
         return min(lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)) >= 0
 
-    def _infill_tokens(self: Llama, prompt: str, suffix: str) -> list[int] | None:
+    def _infill_tokens(self, prompt: str, suffix: str) -> list[int] | None:
         """Fill-in-the-middle prompt (PSM, or SPM with ``spm_infill``); None if the model has no FIM tokens."""
         if not self.supports_infill():
             return None
@@ -134,9 +140,7 @@ class CompletionAPI:
         head = [self.token_bos()] if self.add_bos_token() else []
         return [*head, *body, mid]
 
-    def create_completion(
-        self: Llama,
-        prompt: str | list[int] | list[str] | list[list[int]],
+    def create_completion(self, prompt: str | list[int] | list[str] | list[list[int]],
         suffix: str | None = None,
         max_tokens: int | None = 16,
         temperature: float = 0.8,
@@ -250,7 +254,7 @@ class CompletionAPI:
             return chunks
         return _merge_chunks(list(chunks))
 
-    def _prompt(self: Llama, prompt: str | list[int] | MediaPrompt, suffix: str | None) -> _Prompt:
+    def _prompt(self, prompt: str | list[int] | MediaPrompt, suffix: str | None) -> _Prompt:
         """A prompt's tokens: BOS as the vocabulary wants it, infill when a suffix is given."""
         if isinstance(prompt, MediaPrompt):
             if suffix is not None:
@@ -276,14 +280,14 @@ class CompletionAPI:
             tokens = [self.token_bos()]
         return _Prompt(tokens, text, trailing)
 
-    def _completion_chunks(self: Llama, choices: list[_Choice], model: str,
+    def _completion_chunks(self, choices: list[_Choice], model: str,
                            n_prompt: int) -> Iterator[dict[str, Any]]:
         """The chunks of every choice, as their tokens arrive (one engine request per choice)."""
         completion_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
         scheduler = self._live_scheduler()
 
-        def chunk(choice: _Choice, text: str, finish: str | None, lp: dict[str, list] | None = None,
+        def chunk(choice: _Choice, text: str, finish: str | None, lp: Logprobs | None = None,
                   usage: dict[str, int] | None = None) -> dict[str, Any]:
             out: dict[str, Any] = {
                 "id": completion_id, "object": "text_completion", "created": created, "model": model,
@@ -332,9 +336,7 @@ class CompletionAPI:
             for choice in choices:
                 scheduler.cancel(choice.request)
 
-    def __call__(
-        self: Llama,
-        prompt: str | list[int] | list[str] | list[list[int]],
+    def __call__(self, prompt: str | list[int] | list[str] | list[list[int]],
         suffix: str | None = None,
         max_tokens: int | None = 128,
         temperature: float = 0.8,
@@ -402,7 +404,7 @@ def _merge_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """One text_completion object from the stream of chunks: one choice per index, in index order."""
     final = chunks[-1]
     texts: dict[int, list[str]] = {}
-    blocks: dict[int, list[dict[str, list]]] = {}
+    blocks: dict[int, list[Logprobs]] = {}
     finishes: dict[int, str | None] = {}
     for c in chunks:
         part = c["choices"][0]
@@ -414,7 +416,7 @@ def _merge_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             finishes[index] = part["finish_reason"]
     merged_choices = []
     for index in sorted(texts):
-        logprobs = None
+        logprobs: Logprobs | None = None
         if index in blocks:
             logprobs = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
             for block in blocks[index]:

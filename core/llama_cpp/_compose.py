@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from .engine.policy import Policy
 from .plugins import CacheStrategy, SchedulingPolicy, SpeculativeEngine, get_host
 from .sampling import SAMPLING_KEYWORDS
 
-if TYPE_CHECKING:
-    from .llama import Llama
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,19 +80,15 @@ def load_config(config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         raise ValueError(f"{str(path)!r} is not valid TOML: {exc}") from exc
 
 
-def from_config(cls: type[Llama], config: Mapping[str, Any] | str | Path, **overrides: Any) -> Llama:
-    """Build a Llama from a dict or a TOML file of constructor keywords.
-
-    ``model = "default"`` (or no model at all) uses the default model; a
-    relative ``model_path`` in a TOML file is relative to that file.
-    ``overrides`` replace the configuration's values (the command line's
-    flags do this); a ``model_path`` among them is taken as it is.
-    """
+def constructor_arguments(config: Mapping[str, Any] | str | Path,
+                          overrides: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The model path and constructor keywords of a Llama configuration, read as ``Llama.from_config`` says."""
     values = load_config(config)
     misplaced = sorted(SAMPLING_KEYWORDS & set(values) - _CONSTRUCTOR_KEYWORDS)
     if misplaced:
         raise ValueError(f"{', '.join(misplaced)} in a Llama configuration: sampling parameters belong to each "
                          "request (create_completion, create_chat_completion, generate), not to the Llama")
+    overrides = dict(overrides)
     if "model_path" in overrides:
         values.pop("model", None)
         values["model_path"] = Path(overrides.pop("model_path")).resolve()
@@ -109,4 +103,4 @@ def from_config(cls: type[Llama], config: Mapping[str, Any] | str | Path, **over
         model_path = smollm2_path()
     elif not isinstance(config, Mapping) and not Path(model_path).is_absolute():
         model_path = Path(config).parent / model_path
-    return cls(str(model_path), **values)
+    return str(model_path), values

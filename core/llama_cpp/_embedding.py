@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import base64
 import numbers
-from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
-from llama_cpp_native import ffi, lib
+from llama_cpp_native import lib
 
+from ._llama_base import LlamaBase
 from .embd_normalize import NORM_MODE_NONE, norm_mode, normalize_rows
 from .engine.embedder import Embedder
-from .llama_types import CreateEmbeddingResponse
-
-if TYPE_CHECKING:
-    from .llama import Llama
+from .llama_types import CreateEmbeddingResponse, Embedding
 
 EmbeddingInput = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
 # what one input embeds to: a vector, a token matrix (no pooling), or a score (a one-output rank head)
@@ -66,46 +64,10 @@ def split_inputs(input: Any, separator: str | None) -> tuple[list[str | list[int
     return items, False
 
 
-def model_pooling_type(model: Any) -> int:
-    """The pooling a model's GGUF asks for (``<arch>.pooling_type``), LLAMA_POOLING_TYPE_UNSPECIFIED if none."""
-    buf = ffi.new("char[]", 128)
-    if lib.llama_model_meta_val_str(model, b"general.architecture", buf, 128) < 0:
-        return lib.LLAMA_POOLING_TYPE_UNSPECIFIED
-    key = ffi.string(buf) + b".pooling_type"
-    if lib.llama_model_meta_val_str(model, key, buf, 128) < 0:
-        return lib.LLAMA_POOLING_TYPE_UNSPECIFIED
-    try:
-        return int(ffi.string(buf))
-    except ValueError:
-        return lib.LLAMA_POOLING_TYPE_UNSPECIFIED
-
-
-def check_embedding_context(model: Any, cparams: Any) -> None:
-    """Refuse the embedding contexts llama.cpp cannot create: a ValueError here instead of a process abort.
-
-    With mean pooling, llama.cpp sizes its worst-case graph with the
-    micro-batch rounded up to a multiple of ``n_seq_max`` but only
-    ``n_ubatch`` output rows, and the pooling matrix then fails
-    ``GGML_ASSERT(ggml_can_mul_mat(a, b))``, which aborts the process.
-    """
-    pooling = cparams.pooling_type
-    if pooling == lib.LLAMA_POOLING_TYPE_UNSPECIFIED:
-        pooling = model_pooling_type(model)
-    n_seq_max = cparams.n_seq_max
-    if pooling != lib.LLAMA_POOLING_TYPE_MEAN or n_seq_max <= 1:
-        return
-    n_ubatch = min(cparams.n_batch, cparams.n_ubatch)
-    if n_ubatch % n_seq_max:
-        fits = max(d for d in range(1, n_seq_max + 1) if n_ubatch % d == 0)
-        raise ValueError(f"with mean pooling, n_ubatch ({n_ubatch}) must be a multiple of n_seq_max ({n_seq_max}): "
-                         f"llama.cpp cannot build the pooling graph otherwise (it aborts); use n_seq_max={fits}, "
-                         f"or n_ubatch={n_ubatch + n_seq_max - n_ubatch % n_seq_max} (and n_batch at least that)")
-
-
-class EmbeddingAPI:
+class EmbeddingAPI(LlamaBase):
     """The embedding methods of :class:`llama_cpp.Llama`."""
 
-    def _embedder(self: Llama) -> Embedder:
+    def _embedder(self) -> Embedder:
         scheduler = self._live_scheduler()
         if not self.context_params.embeddings:
             raise RuntimeError("this model was loaded without embeddings: create it with "
@@ -115,7 +77,7 @@ class EmbeddingAPI:
             raise RuntimeError("embeddings of encoder-decoder models are not supported (nor are they by llama.cpp)")
         return Embedder(scheduler)
 
-    def _input_tokens(self: Llama, items: list[str | list[int]], limit: int, truncate: bool,
+    def _input_tokens(self, items: list[str | list[int]], limit: int, truncate: bool,
                       describe: Callable[[], str]) -> list[list[int]]:
         """Token ids of each input (text tokenized with the model's special tokens, e.g. [CLS] ... [SEP]),
         cut to ``limit`` with ``truncate``, else a ValueError naming the input and its length."""
@@ -131,7 +93,7 @@ class EmbeddingAPI:
             out.append(tokens)
         return out
 
-    def _embed_outputs(self: Llama, input: Any, normalize: Any, truncate: bool, separator: str | None = None,
+    def _embed_outputs(self, input: Any, normalize: Any, truncate: bool, separator: str | None = None,
                        ) -> tuple[list[Embedded], bool, int]:
         """Every input's embedding as Python values, whether the call was a single input, and the token count."""
         mode = norm_mode(normalize)
@@ -153,7 +115,7 @@ class EmbeddingAPI:
             results.append(values.tolist())
         return results, single, sum(len(t) for t in tokens)
 
-    def embed(self: Llama, input: EmbeddingInput, normalize: bool | int = False, truncate: bool = True,
+    def embed(self, input: EmbeddingInput, normalize: bool | int = False, truncate: bool = True,
               separator: str | None = None, return_count: bool = False) -> Any:
         """Embed a string, a list of strings, or token lists (``Llama(embedding=True)`` only).
 
@@ -171,7 +133,7 @@ class EmbeddingAPI:
         result = results[0] if single else results
         return (result, count) if return_count else result
 
-    def create_embedding(self: Llama, input: EmbeddingInput, model: str | None = None,
+    def create_embedding(self, input: EmbeddingInput, model: str | None = None,
                          normalize: bool | int = False, truncate: bool = True,
                          encoding_format: str = "float") -> CreateEmbeddingResponse:
         """``embed`` as an OpenAI embeddings response (``{"object": "list", "data": [...], "usage": ...}``).
@@ -182,8 +144,8 @@ class EmbeddingAPI:
         """
         check_encoding_format(encoding_format)
         results, _single, count = self._embed_outputs(input, normalize, truncate)
-        data = [{"object": "embedding", "embedding": encode_embedding(value, encoding_format), "index": i}
-                for i, value in enumerate(results)]
+        data: list[Embedding] = [{"object": "embedding", "embedding": encode_embedding(value, encoding_format),
+                                  "index": i} for i, value in enumerate(results)]
         return {"object": "list", "data": data, "model": model if model is not None else self.model_path,
                 "usage": {"prompt_tokens": count, "total_tokens": count}}
 

@@ -19,10 +19,9 @@ import re
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
-if TYPE_CHECKING:
-    from .llama import Llama
+_Loaded = TypeVar("_Loaded")
 
 # llama.cpp's gguf-split names shards "<prefix>-00001-of-00003.gguf" and loads a
 # split model from its first shard, finding the others next to it by name.
@@ -46,7 +45,8 @@ class RepoFiles(NamedTuple):
 
 
 def from_pretrained(
-    cls: type[Llama],
+    load: Callable[..., _Loaded],
+    /,
     repo_id: str,
     filename: str,
     additional_files: list[str] | None = None,
@@ -54,18 +54,12 @@ def from_pretrained(
     local_dir_use_symlinks: bool | str = "auto",
     cache_dir: str | None = None,
     **kwargs: Any,
-) -> Llama:
-    """Download the file of ``repo_id`` matching the glob ``filename`` and return ``cls(model_path=it, **kwargs)``.
-
-    ``filename`` (and each glob of ``additional_files``) must match exactly one
-    file of the repository.  When it matches the first shard of a split model,
-    every shard is downloaded.  Files go to the Hugging Face cache
-    (``cache_dir``) or to ``local_dir``.  ``local_dir_use_symlinks`` is passed on
-    only to the huggingface_hub versions that still accept it.
-    """
+) -> _Loaded:
+    """Download as ``Llama.from_pretrained`` says and return ``load(model_path=<the file>, **kwargs)``: ``load``
+    is the class, or anything that takes a model path (the tests' recorder)."""
     paths = hub_download(repo_id, filename, additional_files, local_dir=local_dir,
                          local_dir_use_symlinks=local_dir_use_symlinks, cache_dir=cache_dir)
-    return cls(model_path=paths[0], **kwargs)
+    return load(model_path=paths[0], **kwargs)
 
 
 def hub_download(repo_id: str, filename: str, additional_files: list[str] | None = None, *,

@@ -50,7 +50,9 @@ class suppress_stdout_stderr:  # noqa: N801 - the seed's name
         os.dup2(err, _STDERR)
         os.close(out)
         os.close(err)
-        self._null.close()  # type: ignore[union-attr]
+        if self._null is not None:  # set with _saved by __enter__
+            self._null.close()
+            self._null = None
         self._lock.release()
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 NORM_MODE_NONE = -1
 NORM_MODE_MAX_INT16 = 0
@@ -70,7 +71,7 @@ def normalize_rows(rows: np.ndarray, mode: int) -> np.ndarray:
     return rows * scale[..., None]
 
 
-def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
+def cosine_similarity(a: ArrayLike, b: ArrayLike) -> float:
     """``common_embd_similarity_cos``: float64 sums; two zero vectors are similar (1), one is not (0)."""
     x, y = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
     dot = float((x * y).astype(np.float64).sum())

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from typing import Iterator
+from typing import Iterator, TypeAlias
 
 # A generous cap: llama.cpp's example grammars are under 10 kB and the grammar
 # of a schema with 5000 properties 330 kB.  The scan takes about 0.5 s per MiB
@@ -67,6 +67,12 @@ _UINT64_MAX = (1 << 64) - 1
 _TERM = -1  # an item that matches characters or a token (not a rule)
 _RULE, _CHAIN, _SEQ = 0, 1, 2
 
+# An item of an alternative: _TERM, a node id, or (node id, times) for a node repeated at the start
+_Item: TypeAlias = "int | tuple[int, int]"
+_Alt: TypeAlias = "tuple[_Item, ...]"
+# What _Scan.alts keeps per node (see there); None until the node's rule is parsed, and for a chain
+_Alts: TypeAlias = "list[_Alt] | _Alt | int | None"
+
 _SPACE_NL = re.compile(r"(?:[ \t\r\n]+|#[^\r\n]*)*")
 _SPACE = re.compile(r"(?:[ \t]+|#[^\r\n]*)*")
 _NAME = re.compile(r"[a-zA-Z0-9-]+")
@@ -77,7 +83,7 @@ _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)",
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
 _SPACE_START = frozenset(" \t#")
 _SPACE_NL_START = frozenset(" \t#\r\n")
-_TERM_ALT = (_TERM,)
+_TERM_ALT: _Alt = (_TERM,)
 
 
 def check_gbnf(text: str, root: str = "root") -> None:
@@ -95,6 +101,13 @@ def check_gbnf(text: str, root: str = "root") -> None:
     scan = _Scan(text)
     if scan.parse() and scan.complete(root):
         _Starts(scan).check()
+
+
+def _skip(space: re.Pattern[str], text: str, pos: int) -> int:
+    """The offset after the spaces and comments (``space``: _SPACE or _SPACE_NL) at ``pos``."""
+    m = space.match(text, pos)
+    assert m is not None  # both patterns match the empty string, so at any offset
+    return m.end()
 
 
 def _where(text: str, offset: int) -> str:
@@ -141,11 +154,11 @@ class _Frame:
 
     def __init__(self, node: int, nested: bool) -> None:
         self.node, self.nested = node, nested
-        self.alts: list[tuple] = []
+        self.alts: list[_Alt] = []
         self.size = 0
-        self.items: list = []
+        self.items: list[_Item] = []
         self.closed = False
-        self.last: tuple = ()
+        self.last: _Alt = ()
         self.last_size = 0
         self.last_at: int | None = None
 
@@ -168,7 +181,7 @@ class _Scan:
         self.size = array("i")  # llama.cpp elements of the rule (of each rule of a chain), at most MAX_ELEMENTS
         # alternatives of a rule, group or sequence: a list of item tuples, or for a single
         # alternative its tuple, or for a single item that item (a million groups cost 30 MB less)
-        self.alts: list = []
+        self.alts: list[_Alts] = []
         self.chain_item = array("i")  # per node: the item a chain repeats
         self.chain_len = array("i")  # per node: how many rules a chain has (0: one, unbounded)
         self.names: dict[str, int] = {}
@@ -211,17 +224,17 @@ class _Scan:
     def parse(self) -> bool:
         """Scan all rules; False where llama.cpp would stop at a syntax error."""
         text, n = self.text, len(self.text)
-        pos = _SPACE_NL.match(text, 0).end()
+        pos = _skip(_SPACE_NL, text, 0)
         while pos < n:
             name = _NAME.match(text, pos)
             if not name:
                 return False
-            pos = _SPACE.match(text, name.end()).end()
+            pos = _skip(_SPACE, text, name.end())
             if not text.startswith("::=", pos):
                 return False
             rule = self.named(name.group(), name.start())
             self.where[rule] = name.start()  # messages point at the definition
-            pos = self.alternates(rule, _SPACE_NL.match(text, pos + 3).end())
+            pos = self.alternates(rule, _skip(_SPACE_NL, text, pos + 3))
             if pos < 0:
                 return False
             self.defined.add(rule)
@@ -229,7 +242,7 @@ class _Scan:
                 if text[pos] not in "\r\n":
                     return False
                 pos += 2 if text.startswith("\r\n", pos) else 1
-            pos = _SPACE_NL.match(text, pos).end()
+            pos = _skip(_SPACE_NL, text, pos)
         return True
 
     def alternates(self, rule: int, pos: int) -> int:
@@ -241,6 +254,7 @@ class _Scan:
             c = text[pos] if pos < n else ""
             if c in _WORD:
                 m = _NAME.match(text, pos)
+                assert m is not None  # c, a character of _WORD, is a name of one character at least
                 self.ref(f, pos, self.named(m.group(), pos))
                 pos = m.end()
             elif c == '"' or c == "[":
@@ -276,7 +290,7 @@ class _Scan:
                     return -1
             elif c == "|":
                 self.end_alternative(f, pos)
-                pos = _SPACE_NL.match(text, pos + 1).end()
+                pos = _skip(_SPACE_NL, text, pos + 1)
                 continue
             else:
                 self.end_rule(f, pos)
@@ -291,26 +305,26 @@ class _Scan:
                 self.ref(f, pos, group)
                 pos += 1
             if pos < n and text[pos] in starts:
-                pos = space.match(text, pos).end()
+                pos = _skip(space, text, pos)
 
-    def braces(self, f: _Frame, start: int, space: re.Pattern) -> int:
+    def braces(self, f: _Frame, start: int, space: re.Pattern[str]) -> int:
         """``{m}``, ``{m,}`` or ``{m,n}``: the offset after it, or -1 on a syntax error."""
         text = self.text
         m = _BRACES.match(text, start)
         if m:
             low, comma, high, pos = m.group(1), m.group(2), m.group(3), m.end() - 1
         else:
-            pos = space.match(text, start + 1).end()
+            pos = _skip(space, text, start + 1)
             found = _INT.match(text, pos)
             if not found:
                 return -1
             low, comma, high = found.group(), "", ""
-            pos = space.match(text, found.end()).end()
+            pos = _skip(space, text, found.end())
             if text.startswith(",", pos):
-                comma, pos = ",", space.match(text, pos + 1).end()
+                comma, pos = ",", _skip(space, text, pos + 1)
                 found = _INT.match(text, pos)
                 if found:
-                    high, pos = found.group(), space.match(text, found.end()).end()
+                    high, pos = found.group(), _skip(space, text, found.end())
             if not text.startswith("}", pos):
                 return -1
         shown = text[start:pos + 1] if pos + 1 - start <= 64 else text[start:start + 60] + "...}"
@@ -357,13 +371,15 @@ class _Scan:
         k, symbol = f.last_size, f.last
         if k == 0:
             return False
-        unbounded = hi is None or hi > MAX_REPETITION
-        n_opt = 1 if unbounded else hi - lo
+        if hi is None or hi > MAX_REPETITION:  # one rule S' ::= S S' |
+            unbounded, n_opt = True, 1
+        else:
+            unbounded, n_opt = False, hi - lo
         # S{m,n} -> S (m times) S'(n-m), each S'(x) ::= S S'(x-1) | (the first without the reference)
         grown = ((lo - 1) * k if lo else -k) + (1 if n_opt else 0)
         f.size += grown
         self.count(pos, grown + n_opt * (k + 3))
-        new: tuple = symbol if lo == 1 else ()
+        new: _Alt = symbol if lo == 1 else ()
         if lo > 1 or n_opt:
             # one item for S: several items (or copies of one) become a sequence node
             item = symbol[0] if len(symbol) == 1 else self.sequence(symbol, pos, f.node)
@@ -386,14 +402,17 @@ class _Scan:
                     break
         return True
 
-    def sequence(self, items: tuple, pos: int, owner_node: int) -> int:
+    def sequence(self, items: _Alt, pos: int, owner_node: int) -> int:
         node = self.node(_SEQ, pos, self.owner[owner_node])
         self.alts[node] = items[:items.index(_TERM) + 1] if _TERM in items else items
         return node
 
-    def alternatives(self, node: int) -> list | tuple:
+    def alternatives(self, node: int) -> list[_Alt] | tuple[_Alt, ...]:
         """The item tuples of a rule, group or sequence."""
         value = self.alts[node]
+        # None is left only for a chain (every rule and group was parsed to its end before the check),
+        # and the check reads a chain's chain_item and chain_len instead
+        assert value is not None, f"node {node} has no alternatives of its own"
         return ((value,),) if isinstance(value, int) else (value,) if isinstance(value, tuple) else value
 
     def end_alternative(self, f: _Frame, pos: int) -> None:
@@ -421,22 +440,22 @@ class _Scan:
         return root in self.names and len(self.defined) == len(self.names)
 
 
-def _alternative(items: list) -> tuple:
+def _alternative(items: list[_Item]) -> _Alt:
     """The alternative's items as a tuple, shared for the two commonest (a terminal first, nothing)."""
     return _TERM_ALT if items == _TERM_LIST else () if not items else tuple(items)
 
 
-_TERM_LIST = [_TERM]
+_TERM_LIST: list[_Item] = [_TERM]
 
 
-def _times(item: int | tuple, times: int) -> int | tuple:
+def _times(item: _Item, times: int) -> _Item:
     if item == _TERM:
         return _TERM
     node, before = (item, 1) if isinstance(item, int) else item
     return (node, min(before * times, MAX_START_WAYS + 1))
 
 
-def _plain(item: int | tuple) -> int:
+def _plain(item: _Item) -> int:
     """The node of an item (or _TERM)."""
     return item if isinstance(item, int) else item[0]
 
@@ -539,9 +558,9 @@ class _Starts:
         s = self.s
         kind = s.kind[node]
         if kind == _CHAIN:
-            item = s.chain_item[node]
-            if item != _TERM:
-                yield item, 1, s.chain_len[node] != 1
+            repeated = s.chain_item[node]
+            if repeated != _TERM:
+                yield repeated, 1, s.chain_len[node] != 1
             return
         for alt in s.alternatives(node):
             last = len(alt) - 1
@@ -741,7 +760,7 @@ class _Starts:
                                          "times repetitions of optional items; llama.cpp keeps a parse stack "
                                          "for each)")
 
-    def starts_with_terminal(self, alt: tuple) -> bool:
+    def starts_with_terminal(self, alt: _Alt) -> bool:
         """Whether a terminal comes first in ``alt`` once the items that can match nothing are passed."""
         for item in alt:
             if item == _TERM:

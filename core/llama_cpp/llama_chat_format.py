@@ -123,7 +123,7 @@ def chat_template_names(metadata: Mapping[str, str]) -> list[str]:
                   for key in metadata if key == prefix or key.startswith(prefix + "."))
 
 
-def chat_logprobs(logprobs: dict[str, list] | None) -> dict[str, Any] | None:
+def chat_logprobs(logprobs: dict[str, list[Any]] | None) -> dict[str, Any] | None:
     """Completion logprobs -> chat ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
     if not logprobs:
         return None

@@ -194,6 +194,7 @@ def ctypes_function_for_shared_library(lib: Any) -> Any:
 def _make_enum(name: str, members: list[str]) -> type[_enum.IntEnum]:
     values = {member: int(getattr(lib, member)) for member in members if hasattr(lib, member)}
     # Aliases (two names, one value) are kept: IntEnum makes the later ones aliases.
+    # the functional API is typed as returning the enum class's metaclass instance, not type[IntEnum]
     return _enum.IntEnum(name, values, module=__name__)  # type: ignore[return-value]
 
 
@@ -209,6 +210,15 @@ globals().update({name: getattr(lib, name) for name in _CONSTANTS})
 # llama.cpp's internal limit on sequence ids (src/llama-cparams.h).
 LLAMA_MAX_DEVICES: int = int(lib.llama_max_devices())
 LLAMA_MAX_SEQ: int = 256
+
+
+def __getattr__(name: str) -> Any:
+    """Only reached for a name the built libraries do not export (everything they do is bound above, when
+    the module loads): says so and where the names come from.  It is also what tells a type checker that
+    this module's names are made at import, so a C function here is ``Any`` to it, as at ``lib``."""
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}: the libraries of this build export no "
+                         "such function, struct, enum or constant (the names are those of llama.h, ggml.h, "
+                         "gguf.h, mtmd.h and mtmd-helper.h of the pinned llama.cpp source)")
 
 
 def new_array(ctype: str, count_or_values: Any) -> Any:

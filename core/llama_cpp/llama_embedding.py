@@ -92,16 +92,17 @@ class LlamaEmbedding(Llama):
             raise ValueError(f"rank() needs a reranker: this context pools with {embedder.pooling_name!r} "
                              f"(pooling_type {embedder.pooling}); load a model with a classification head, which "
                              "pools with 'rank' (LLAMA_POOLING_TYPE_RANK)")
-        model = self._model
-        template = rerank_template(model)  # type: ignore[arg-type]
-        pairs = [rerank_tokens(model, template, query, document) for document in documents]  # type: ignore[arg-type]
+        model = self._loaded_model
+        template = rerank_template(model)
+        pairs = [rerank_tokens(model, template, query, document) for document in documents]
         if truncate:
             pairs = [tokens[:embedder.limit] for tokens in pairs]
         return [float(values[0]) if values.size else 0.0 for values in embedder.run(pairs)]
 
-    def create_embedding(self, input: EmbeddingInput, model: str | None = None,
-                         normalize: bool | int = NORM_MODE_EUCLIDEAN, output_format: str = "json",
-                         truncate: bool = True, encoding_format: str = "float") -> Any:
+    # the seed's signature: output_format is the fourth parameter, where Llama.create_embedding has truncate
+    def create_embedding(  # type: ignore[override]
+            self, input: EmbeddingInput, model: str | None = None, normalize: bool | int = NORM_MODE_EUCLIDEAN,
+            output_format: str = "json", truncate: bool = True, encoding_format: str = "float") -> Any:
         """The embeddings in one of llama-embedding's ``--embd-output-format`` shapes.
 
         ``"json"``: OpenAI's response (``usage`` with ``completion_tokens: 0``);

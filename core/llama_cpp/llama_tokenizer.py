@@ -13,7 +13,7 @@ import abc
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from .llama import Llama
+    from ._llama_base import LlamaBase
 
 __all__ = ["BaseLlamaTokenizer", "LlamaHFTokenizer", "LlamaTokenizer"]
 
@@ -36,7 +36,7 @@ class BaseLlamaTokenizer(abc.ABC):
 class LlamaTokenizer(BaseLlamaTokenizer):
     """Tokenizes with a Llama's own vocabulary."""
 
-    def __init__(self, llama: Llama) -> None:
+    def __init__(self, llama: LlamaBase) -> None:
         self._model = llama
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:

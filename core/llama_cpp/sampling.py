@@ -103,6 +103,14 @@ def _grammar(value: Any) -> None:
         raise ValueError(f"grammar must be a LlamaGrammar (LlamaGrammar.from_string(...)), got {type(value).__name__}")
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _trigger_tuple(value: Iterable[str | int]) -> tuple[str | int, ...]:
+    return tuple(value)
+
+
 def _stage_tuple(value: Iterable[str | SamplerStage] | None) -> tuple[str | SamplerStage, ...] | None:
     return None if value is None else tuple(value)
 
@@ -135,14 +143,14 @@ class SamplingParams:
     dry_base: float = attrs.field(default=1.75, validator=_finite_number)
     dry_allowed_length: int = attrs.field(default=2, validator=_int(0))
     dry_penalty_last_n: int = attrs.field(default=64, validator=_int(-1))
-    dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=tuple,
+    dry_seq_breakers: tuple[str, ...] = attrs.field(default=("\n", ":", '"', "*"), converter=_str_tuple,
                                                     validator=_strings)
     logit_bias: Mapping[int, float] | None = attrs.field(default=None, validator=_logit_bias)
     ignore_eos: bool = False
     grammar: Any = attrs.field(default=None, validator=lambda i, a, v: _grammar(v))
     grammar_lazy: bool = False
     # words (str) or token ids (int) that switch a lazy grammar on
-    grammar_triggers: tuple[str | int, ...] = attrs.field(default=(), converter=tuple)
+    grammar_triggers: tuple[str | int, ...] = attrs.field(default=(), converter=_trigger_tuple)
     use_infill: bool = False
     reasoning_budget: int = attrs.field(default=-1, validator=_int(-1))
     reasoning_start: str = attrs.field(default="<think>", validator=lambda i, a, v: _tag(a, v))
@@ -155,7 +163,7 @@ class SamplingParams:
     samplers: tuple[str | SamplerStage, ...] | None = attrs.field(
         default=None, converter=_stage_tuple
     )
-    extra_samplers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    extra_samplers: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property

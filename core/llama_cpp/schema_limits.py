@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 from .grammar_limits import MAX_GBNF_CHARS
 
@@ -72,7 +72,7 @@ _COUNTS = tuple(key for pair in _PAIRS for key in pair)
 _DIGITS = re.compile(r"[0-9]+")
 _ABSENT = object()
 
-Path = tuple  # (parent path, key or index), () at the top level
+Path: TypeAlias = "tuple[()] | tuple[Path, str | int]"  # (parent path, key or index), () at the top level
 
 
 def check_json_schema(schema: Any) -> None:
@@ -102,7 +102,7 @@ def _check_nesting(value: Any) -> None:
 
 
 def _render(path: Path) -> str:
-    parts: list[Any] = []
+    parts: list[str | int] = []
     while path:
         path, key = path
         parts.append(key)
@@ -130,7 +130,7 @@ def _alternatives(part: Any) -> list[tuple[Any, Any]] | None:
     return None
 
 
-def _builds_object(schema: dict, forced: Any) -> bool:
+def _builds_object(schema: dict[str, Any], forced: Any) -> bool:
     """Whether common_chat_schema_builder::build_node makes an object of ``schema`` (its $ref followed)."""
     if "oneOf" in schema or "anyOf" in schema:
         return False
@@ -159,7 +159,7 @@ class _Walk:
         self.stack: list[tuple[Any, Any, Path, int, int]] = [(root, None, (), 1, 0)]
         self.visits = self.patterns = self.names = self.optional_work = 0
         self.refs: set[int] = set()
-        self.checked: set[tuple[int, Any]] = set()
+        self.checked: set[tuple[int, str]] = set()
 
     def run(self) -> None:
         while self.stack:
@@ -207,7 +207,7 @@ class _Walk:
             return
         self.structure(schema, kind if isinstance(kind, str) else "", path, depth, name)
 
-    def structure(self, schema: dict, kind: str, path: Path, depth: int, name: int) -> None:
+    def structure(self, schema: dict[str, Any], kind: str, path: Path, depth: int, name: int) -> None:
         """Dispatch on the type as common_chat_schema_builder::build_node does."""
         if _builds_object(schema, kind or None):
             self.object(schema, path, depth, name)
@@ -224,7 +224,7 @@ class _Walk:
         elif kind in ("", "string") and isinstance(schema.get("pattern"), str):
             self.patterns += 1
 
-    def object(self, schema: dict, path: Path, depth: int, name: int) -> None:
+    def object(self, schema: dict[str, Any], path: Path, depth: int, name: int) -> None:
         properties = schema.get("properties")
         properties = properties if isinstance(properties, dict) else {}
         required = schema.get("required")
@@ -253,7 +253,7 @@ class _Walk:
                         f"cubic in an object's optional properties; their cubes add up to more than "
                         f"{MAX_OPTIONAL_WORK})", path)
 
-    def all_of(self, schema: dict, path: Path, depth: int, name: int) -> None:
+    def all_of(self, schema: dict[str, Any], path: Path, depth: int, name: int) -> None:
         """Each part is built, and the converter merges the properties of the objects among them."""
         parts = schema["allOf"]
         if not isinstance(parts, list):
@@ -297,7 +297,8 @@ class _Walk:
         """The target of a ``#/...`` reference, as common_chat_schema_builder::resolve_ref finds it."""
         if len(ref) > MAX_REF_CHARS:
             raise _fail(f"a $ref of {len(ref)} characters; at most {MAX_REF_CHARS}", path)
-        target, target_path = self.root, ()
+        target = self.root
+        target_path: Path = ()
         for token in ref[1:].split("/")[1:]:
             if isinstance(target, dict) and token in target:
                 target, target_path = target[token], (target_path, token)
@@ -307,7 +308,7 @@ class _Walk:
                 raise _fail(f"cannot resolve $ref {ref!r} ({token!r} not found)", path)
         return target, target_path
 
-    def keywords(self, schema: dict, kind: Any, path: Path) -> None:
+    def keywords(self, schema: dict[str, Any], kind: Any, path: Path) -> None:
         """Counts are non-negative C ints, bounds leave something to match, integer bounds fit in 64 bits."""
         if (id(schema), str(kind)) in self.checked:
             return
@@ -320,8 +321,8 @@ class _Walk:
         for low, high in _PAIRS:
             if low in schema and high in schema and schema[low] > schema[high]:
                 raise _fail(f"{low} {schema[low]} is larger than {high} {schema[high]}", path)
-        bounds = {k: schema[k] for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
-                  if _number(schema.get(k))}
+        bounds: dict[str, float] = {k: schema[k] for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+                                    if _number(schema.get(k))}
         for key, value in bounds.items():
             if isinstance(value, float) and not math.isfinite(value):
                 raise _fail(f"{key} must be a finite number, got {value!r}", path)
@@ -330,10 +331,11 @@ class _Walk:
         else:
             self.number_bounds(bounds, path)
 
-    def integer_bounds(self, bounds: dict, path: Path) -> None:
+    def integer_bounds(self, bounds: dict[str, float], path: Path) -> None:
         """As build_integer folds them: minimum (else exclusiveMinimum + 1) to maximum (else exclusiveMaximum - 1)."""
-        low_key = "minimum" if "minimum" in bounds else "exclusiveMinimum" if "exclusiveMinimum" in bounds else None
-        high_key = "maximum" if "maximum" in bounds else "exclusiveMaximum" if "exclusiveMaximum" in bounds else None
+        # the keyword each bound comes from, "" where there is none
+        low_key = "minimum" if "minimum" in bounds else "exclusiveMinimum" if "exclusiveMinimum" in bounds else ""
+        high_key = "maximum" if "maximum" in bounds else "exclusiveMaximum" if "exclusiveMaximum" in bounds else ""
         low = high = None
         if low_key:
             value = bounds[low_key]
@@ -349,7 +351,7 @@ class _Walk:
                 raise _fail(f"minimum {bounds[low_key]!r} is larger than maximum {bounds[high_key]!r}", path)
             raise _fail(f"{low_key} {bounds[low_key]!r} and {high_key} {bounds[high_key]!r} leave no integer", path)
 
-    def number_bounds(self, bounds: dict, path: Path) -> None:
+    def number_bounds(self, bounds: dict[str, float], path: Path) -> None:
         for low, high in (("minimum", "maximum"), ("exclusiveMinimum", "exclusiveMaximum"),
                           ("minimum", "exclusiveMaximum"), ("exclusiveMinimum", "maximum")):
             if low in bounds and high in bounds:

@@ -87,7 +87,7 @@ def _stable_copy(src: Path, name: str) -> Path:
 
 def _cmake_exe() -> str:
     try:  # the `cmake` package from the index, so no system CMake is needed
-        import cmake  # type: ignore[import-not-found]
+        import cmake  # type: ignore[import-not-found]  # optional, and without type information
 
         data = Path(cmake.CMAKE_DATA)
         if (data / "bin" / "cmake").exists():
@@ -110,7 +110,7 @@ def _generator_args() -> list[str]:
     name = "ninja.exe" if os.name == "nt" else "ninja"
     candidates = []
     try:
-        import ninja  # type: ignore[import-not-found]
+        import ninja  # type: ignore[import-not-found]  # optional, and without type information
 
         candidates.append(Path(ninja.BIN_DIR) / name)
     except (ImportError, AttributeError):

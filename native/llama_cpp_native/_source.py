@@ -22,6 +22,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 PINNED_REQUIREMENT = "llama-cpp-python==0.3.36"
 PINNED_SDIST_NAME = "llama_cpp_python-0.3.36.tar.gz"
@@ -66,6 +67,16 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _without_build_hook_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the variables through which pip hands a build backend its name and
+    ``backend-path``.  This runs inside the native layer's own build, so they name *its* backend; the pip
+    started here would pass them on to the sdist's metadata hook, which then refuses to load
+    scikit-build-core from anywhere but ``native/build_support`` and the download fails on a machine
+    whose cache does not hold the sdist yet."""
+    return {name: value for name, value in environ.items()
+            if not name.startswith(("_PYPROJECT_HOOKS_", "PEP517_"))}
+
+
 def _download_pinned_sdist(dest_dir: Path) -> Path:
     """Fetch the pinned sdist with pip and verify its sha256."""
     target = dest_dir / PINNED_SDIST_NAME
@@ -87,7 +98,8 @@ def _download_pinned_sdist(dest_dir: Path) -> Path:
             cmd.insert(5, "--no-build-isolation")
         except ImportError:
             pass
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=_without_build_hook_settings(os.environ))
         fetched = Path(tmp) / PINNED_SDIST_NAME
         if proc.returncode != 0 or not fetched.exists():
             raise RuntimeError(
@@ -120,7 +132,10 @@ def _extract_vendor_tree(sdist: Path, dest: Path) -> None:
                     out.mkdir(parents=True, exist_ok=True)
                 elif member.isfile():
                     out.parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(member) as src, open(out, "wb") as dst:  # type: ignore[union-attr]
+                    source = tar.extractfile(member)  # a regular file's is never None
+                    if source is None:
+                        continue
+                    with source as src, open(out, "wb") as dst:
                         shutil.copyfileobj(src, dst)
                     if member.mode & 0o111:
                         out.chmod(0o755)

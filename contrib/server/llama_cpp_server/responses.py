@@ -426,23 +426,24 @@ def install(app: FastAPI) -> None:
     and the shapes of the chat body's messages, tools and functions (``_ITEMS``)."""
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = FastAPI.openapi(app)
-            _, extra = models_json_schema([(m, "serialization") for m in _REFERENCED]
-                                          + [(m, "validation") for m in _ITEMS.values()], ref_template=REF)
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for name, definition in extra.get("$defs", {}).items():
-                components.setdefault(name, definition)
-            for (body, field), model in _ITEMS.items():
-                _document_items(components.get(body, {}).get("properties", {}).get(field), model)
-            for operation in (op for path in schema.get("paths", {}).values() for op in path.values()):
-                for response in operation.get("responses", {}).values():
-                    for media in response.get("content", {}).values():
-                        if "$ref" in media.get("schema", {}):  # the routes' "-> Any" gave it a title only
-                            media["schema"].pop("title", None)
-        return app.openapi_schema  # type: ignore[return-value]
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = FastAPI.openapi(app)  # which keeps it as app.openapi_schema: the changes below stay
+        _, extra = models_json_schema([(m, "serialization") for m in _REFERENCED]
+                                      + [(m, "validation") for m in _ITEMS.values()], ref_template=REF)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in extra.get("$defs", {}).items():
+            components.setdefault(name, definition)
+        for (body, field), model in _ITEMS.items():
+            _document_items(components.get(body, {}).get("properties", {}).get(field), model)
+        for operation in (op for path in schema.get("paths", {}).values() for op in path.values()):
+            for response in operation.get("responses", {}).values():
+                for media in response.get("content", {}).values():
+                    if "$ref" in media.get("schema", {}):  # the routes' "-> Any" gave it a title only
+                        media["schema"].pop("title", None)
+        return schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
 
 
 def with_root_path(schema: dict[str, Any], root_path: str) -> dict[str, Any]:

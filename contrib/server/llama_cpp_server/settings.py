@@ -24,7 +24,7 @@ from typing import Any, Literal, Sequence, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from llama_cpp.llama_cpp import llama_flash_attn_type  # type: ignore[attr-defined]  # made at import from the header
+from llama_cpp.llama_cpp import llama_flash_attn_type
 
 __all__ = ["ConfigFileSettings", "ModelSettings", "ServerSettings", "Settings", "load_settings",
            "read_config_file"]

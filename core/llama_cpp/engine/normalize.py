@@ -9,7 +9,7 @@ what is allowed.  (The sampling keywords are folded into
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from typing import Any, Sequence, overload
 
 from ..sampling import LLAMA_DEFAULT_SEED
 from .media import MediaPrompt
@@ -137,6 +137,10 @@ def choice_count(n: Any) -> int:
     return n
 
 
+@overload
+def choice_seed(seed: int, index: int) -> int: ...
+@overload
+def choice_seed(seed: None, index: int) -> None: ...
 def choice_seed(seed: int | None, index: int) -> int | None:
     """The seed of choice ``index`` of one prompt: choice ``j`` samples with ``seed + j`` (wrapping at 32
     bits), so that the choices differ and each repeats with the seed.  Choice 0, no seed (None: the

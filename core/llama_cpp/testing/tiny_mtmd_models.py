@@ -145,7 +145,7 @@ def _copy_tokenizer(writer: Any, vocab_path: Path, n_keep: int, extra_tokens: tu
         i = index.get(text)
         appended[text] = (_TOKEN_TYPE_CONTROL, 0.0) if i is None else (types[i], scores[i] if scores else 0.0)
     new_id = {text: len(kept) + k for k, text in enumerate(appended)}
-    arrays = {
+    arrays: dict[str, list[Any]] = {
         "tokenizer.ggml.tokens": kept + list(appended),
         "tokenizer.ggml.token_type": types[:n_keep] + [kind for kind, _ in appended.values()],
     }

@@ -49,8 +49,9 @@ class TokenTrie:
         path: list[set[int]] = []
         node = self._root
         for token in tokens:
-            node = node.children.get(token)  # type: ignore[assignment]
-            if node is None:
+            child = node.children.get(token)
+            if child is None:
                 break
+            node = child
             path.append(node.entries)
         return path

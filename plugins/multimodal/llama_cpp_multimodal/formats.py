@@ -226,7 +226,10 @@ def image_size(fmt: MediaFormat, data: bytes) -> tuple[int, int]:
     if fmt.name == "gif":
         return struct.unpack_from("<HH", data, 6)
     if fmt.name == "jpeg":
-        return _jpeg_size(data)  # type: ignore[return-value]
+        size = _jpeg_size(data)
+        if size is None:
+            raise ValueError("a JPEG that passed check_header has no frame header")
+        return size
     width, height = struct.unpack_from("<HH" if struct.unpack_from("<I", data, 14)[0] == 12 else "<ii", data, 18)
     return abs(width), abs(height)
 

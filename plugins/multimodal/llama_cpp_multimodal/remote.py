@@ -128,6 +128,7 @@ def _get(url: str, policy: MediaPolicy, deadline: float) -> bytes | str:
             target.host, target.port, timeout=remaining, context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(target.host, target.port, timeout=remaining)
+    # http.client's own hook for making the socket (not in its stubs): connect to the checked addresses only
     conn._create_connection = _connector(target.addresses, target.port)  # type: ignore[attr-defined]
     expired = threading.Event()
 
