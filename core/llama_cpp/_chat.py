@@ -43,7 +43,9 @@ class ChatAPI(LlamaBase):
             return get_chat_completion_handler(GGUF_TEMPLATE_FORMAT), {"chat_template_name": name.split(".", 1)[1]}
         return get_chat_completion_handler(name), {}
 
-    def create_chat_completion(self, messages: list[dict[str, Any]],
+    def create_chat_completion(
+        self,
+        messages: list[dict[str, Any]],
         functions: list[dict[str, Any]] | None = None,
         function_call: str | dict[str, Any] | None = None,
         tools: list[dict[str, Any]] | None = None,

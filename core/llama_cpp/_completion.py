@@ -140,7 +140,9 @@ class CompletionAPI(LlamaBase):
         head = [self.token_bos()] if self.add_bos_token() else []
         return [*head, *body, mid]
 
-    def create_completion(self, prompt: str | list[int] | list[str] | list[list[int]],
+    def create_completion(
+        self,
+        prompt: str | list[int] | list[str] | list[list[int]],
         suffix: str | None = None,
         max_tokens: int | None = 16,
         temperature: float = 0.8,
@@ -336,7 +338,9 @@ class CompletionAPI(LlamaBase):
             for choice in choices:
                 scheduler.cancel(choice.request)
 
-    def __call__(self, prompt: str | list[int] | list[str] | list[list[int]],
+    def __call__(
+        self,
+        prompt: str | list[int] | list[str] | list[list[int]],
         suffix: str | None = None,
         max_tokens: int | None = 128,
         temperature: float = 0.8,
