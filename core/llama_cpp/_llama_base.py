@@ -174,8 +174,8 @@ class LlamaBase(Closing):
         self._scheduler: Scheduler | None = None
         self._spec_step: SpeculativeStep | None = None
         self._adapters: Adapters | None = None
-        known = [n for n in LlamaBase.__init__.__code__.co_varnames[1:LlamaBase.__init__.__code__.co_argcount
-                                                               + LlamaBase.__init__.__code__.co_kwonlyargcount]]
+        code = LlamaBase.__init__.__code__
+        known = list(code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount])
         P.reject_unknown(legacy, known)
         # every argument, for pickling (a pickled Llama loads the model again on the other side)
         frame_args = locals()
@@ -555,7 +555,7 @@ class LlamaBase(Closing):
 
     def list_loras(self) -> list[str]:
         """Names of the loaded adapters (the constructor's ``lora_path`` is named by its path)."""
-        return self._loaded_adapters.names() if self._adapters is not None else []
+        return self._adapters.names() if self._adapters is not None else []
 
     # -- model information --------------------------------------------------
     def _read_metadata(self) -> dict[str, str]:
