@@ -2,7 +2,8 @@
 
 Per loaded model (label ``model``): prompt tokens and predicted tokens with their seconds (an engine's
 requests summed: admission to first token, first token to the end), decodes, busy sequences per decode,
-requests processing and deferred (waiting for a sequence, in the engine or the server's queue).
+requests processing and deferred (submitted to the engine and waiting there for a sequence, as llama-server
+counts the tasks it defers; a request still being rendered and tokenized is in neither).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _METRICS = {
 }
 
 
-def _values(stats: EngineStats, in_flight: int) -> dict[str, float]:
+def _values(stats: EngineStats) -> dict[str, float]:
     return {
         "prompt_tokens_total": stats.n_prompt_tokens,
         "prompt_seconds_total": stats.seconds_prompt,
@@ -37,13 +38,13 @@ def _values(stats: EngineStats, in_flight: int) -> dict[str, float]:
         "prompt_tokens_seconds": stats.prompt_tokens_per_second,
         "predicted_tokens_seconds": stats.generated_tokens_per_second,
         "requests_processing": stats.busy_sequences,
-        "requests_deferred": max(0, in_flight - stats.busy_sequences),
+        "requests_deferred": stats.waiting,
     }
 
 
 def render_metrics(pool: ModelPool) -> str:
     """The exposition text for every loaded model."""
-    samples = [(served.name, _values(served.llama.scheduler.stats(), served.in_flight)) for served in pool.loaded]
+    samples = [(served.name, _values(served.llama.scheduler.stats())) for served in pool.loaded]
     lines = []
     for name, (kind, help_text) in _METRICS.items():
         lines += [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}"]

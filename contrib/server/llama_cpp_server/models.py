@@ -111,10 +111,6 @@ class Served:
         self.capacity = llama.scheduler.ctx.n_seq_max + max_queue
         self.in_flight = 0  # requests admitted and not finished (running or queued in the engine)
 
-    @property
-    def queued(self) -> int:
-        return max(0, self.in_flight - self.llama.scheduler.ctx.n_seq_max)
-
 
 class Lease:
     """One request's hold on a model: ``release()`` (idempotent) gives its place back."""

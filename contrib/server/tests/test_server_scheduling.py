@@ -78,7 +78,7 @@ def run_workload(serve: Callable[..., Any], policy: str) -> Workload:
         work.send(0, 24)
         auth = {"Authorization": f"Bearer {KEYS[0]}"}
         wait_until(lambda: metric(base, "requests_processing", auth) + metric(base, "requests_deferred", auth)
-                   + len(work.finished) >= 24, "the big tenant's requests are all in", timeout=30)
+                   + len(work.finished) >= 24, "the big tenant's requests are all in the engine", timeout=30)
         work.send(1, 4)
         work.send(2, 4)
         work.join()
