@@ -3,7 +3,8 @@
 Every sequence of a Llama lives in this one context; a sequence is a
 ``seq_id`` in the batch rows and in llama.cpp's memory (the KV cache, or the
 recurrent state).  Only the thread that runs the scheduler's tick touches a
-context, so nothing here locks.
+context (its graph computes may start from the context's compute thread while
+that thread waits: :mod:`.compute_thread`), so nothing here locks.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from llama_cpp_native import ffi, lib
 
 from .. import _foreign_writes
 from .._handles import Batch, NativeHandle
+from .compute_thread import ComputeThread
 from .origin import StateOrigin
 
 DECODE_ABORTED = 2  # llama_decode's status when the abort callback stopped it
@@ -100,7 +102,8 @@ class Context:
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
                  "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible",
-                 "_row_ptr", "_row_view", "origin", "addresses", "_foreign_seen", "_foreign_stamps")
+                 "_row_ptr", "_row_view", "origin", "addresses", "_foreign_seen", "_foreign_stamps", "compute",
+                 "_decode_batch")
 
     def __init__(self, handle: NativeHandle, n_vocab: int, *, swa_full: bool = True,
                  max_positions: int | None = None) -> None:
@@ -127,6 +130,9 @@ class Context:
         self.n_batch: int = lib.llama_n_batch(self.ptr)
         self.n_seq_max: int = lib.llama_n_seq_max(self.ptr)
         self.batch = BatchBuilder(self.n_batch, self.n_seq_max)
+        self.compute = ComputeThread()  # media chunks evaluated into this context go through it too
+        ptr, batch = self.ptr, self.batch
+        self._decode_batch = lambda: lib.llama_decode(ptr, batch.native())
         # which model and context parameters this context's sequence states belong to (set by whoever made
         # the context: it knows the model file); None: unknown, no state is refused for its origin
         self.origin: StateOrigin | None = None
@@ -156,7 +162,7 @@ class Context:
             else:
                 lib.llama_set_abort_callback(self.ptr, ffi.NULL, ffi.NULL)
             self._interruptible = interruptible
-        return lib.llama_decode(self.ptr, self.batch.native())
+        return self.compute.run(self._decode_batch)
 
     def written_outside(self) -> bool:
         """Whether the low-level API decoded on this context or changed its memory since the last call
@@ -243,5 +249,6 @@ class Context:
         return self.addresses[0]
 
     def close(self) -> None:
+        self.compute.close()
         self.batch.close()
         self.handle.close()

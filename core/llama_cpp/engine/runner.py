@@ -13,6 +13,7 @@ the planner and the update with a runner that decodes nothing.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import NamedTuple, Protocol, Sequence
 
@@ -59,7 +60,7 @@ class ContextRunner:
             seq_id = media.slot.seq_id
             try:
                 self._use_adapters(plan)
-                media.chunk.evaluate(self.ctx, media.position, seq_id)
+                self.ctx.compute.run(functools.partial(media.chunk.evaluate, self.ctx, media.position, seq_id))
             except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
                 self.ctx.seq_rm(seq_id, media.position, -1)
                 failed[i] = exc

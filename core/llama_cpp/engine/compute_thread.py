@@ -1,0 +1,130 @@
+"""Which thread starts a context's graph computes: the caller's while one thread decodes, one thread of the
+context's own while several take turns.
+
+llama.cpp's CPU backend computes each graph with an OpenMP team, and libgomp keeps one team per thread that
+starts a parallel region; after a region a team's workers spin for a while before they sleep.  The engine
+has no thread of its own: the caller waiting for a token drives the ticks (:mod:`.scheduler`).  With many
+callers the driver changes from tick to tick, so each decode starts from another thread, with another team,
+while the teams of the last drivers still spin, and on a machine with few cores they take the cores from
+the decode.  Eight streams on SmolLM2 (case (e) of ``benchmarks/bench.py``, two cores) ran at 118 to 130
+tokens/s that way and at 151 to 172 tokens/s with every decode started from one thread.  Handing the whole
+tick (its Python too) to that thread measured no better than not handing off at all, so only the compute
+goes there: the rest of the tick, user hooks included, stays on the driver's thread.
+
+So :meth:`ComputeThread.run` calls on the caller's own thread until another thread calls (a single stream
+never pays a hand-off per token), then on a thread it starts for that, until one thread has called
+:data:`SETTLED` times in a row again.  The caller waits for the call either way, and what it raises is
+raised to the caller.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Callable, TypeVar, cast
+
+T = TypeVar("T")
+
+# calls in a row from one thread after which its calls run on its own thread again
+SETTLED = 16
+
+
+class _HandOff:
+    """One call at a time from a caller to the compute thread, and its outcome back: two locks used as
+    signals (``go``: a call is there, ``done``: its outcome is)."""
+
+    __slots__ = ("go", "done", "call", "result", "error", "stopped")
+
+    def __init__(self) -> None:
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.call: Callable[[], object] | None = None
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.stopped = False
+
+    def serve(self) -> None:
+        """The compute thread's loop, until :meth:`stop`."""
+        while True:
+            self.go.acquire()
+            call, self.call = self.call, None
+            if call is None:
+                return
+            try:
+                self.result = call()
+            except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+                self.error = exc
+            self.done.release()
+
+    def stop(self) -> None:
+        """Let the compute thread end (once; it runs nothing after this)."""
+        if not self.stopped:
+            self.stopped = True
+            self.call = None
+            self.go.release()
+
+
+class ComputeThread:
+    """Runs a context's graph computes (``run(call)``), each from the thread that suits its callers of the
+    moment.  One call at a time: the engine's callers take turns (the scheduler's driver, or ``exclusive``)."""
+
+    def __init__(self, name: str = "llama_cpp-compute") -> None:
+        self._hand_off = _HandOff()
+        self._thread: threading.Thread | None = None
+        self._name = name
+        self._caller: int | None = None  # the thread of the last call
+        self._streak = 0  # calls in a row from that thread
+        self._handing_off = False
+        # a context dropped without close(): the thread ends with this object (the finalizer holds no self)
+        self._stop = weakref.finalize(self, self._hand_off.stop)
+
+    @property
+    def handing_off(self) -> bool:
+        """Whether calls run on the compute thread now (several threads have been taking turns)."""
+        return self._handing_off
+
+    def run(self, call: Callable[[], T]) -> T:
+        """``call()``'s result, computed on the caller's thread or on the compute thread."""
+        me = threading.get_ident()
+        if me != self._caller:
+            self._handing_off = self._caller is not None
+            self._caller, self._streak = me, 0
+        self._streak += 1
+        if self._streak > SETTLED:
+            self._handing_off = False
+        if not self._handing_off or self._hand_off.stopped:
+            return call()
+        return self._on_compute_thread(call)
+
+    def _on_compute_thread(self, call: Callable[[], T]) -> T:
+        hand_off = self._hand_off
+        if self._thread is None:
+            self._thread = threading.Thread(target=hand_off.serve, name=self._name, daemon=True)
+            self._thread.start()
+        hand_off.call = call
+        hand_off.go.release()
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                hand_off.done.acquire()
+                break
+            except BaseException as exc:  # noqa: BLE001 - a KeyboardInterrupt: the call still runs and the
+                interrupted = exc  # context is its own until it returns; raised after that
+        result, error = hand_off.result, hand_off.error
+        hand_off.result = hand_off.error = None
+        if interrupted is not None:
+            raise interrupted
+        if error is not None:
+            raise error
+        return cast(T, result)  # what call() returned
+
+    def close(self) -> None:
+        """End the compute thread (idempotent); calls after this run on their caller's thread."""
+        self._stop()
+        self._handing_off = False
+        self._caller = None
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)

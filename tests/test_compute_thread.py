@@ -1,0 +1,137 @@
+"""Which thread starts a context's graph computes (llama_cpp.engine.compute_thread).
+
+One caller: on its own thread, and no thread is started.  Callers taking turns: every call on one thread
+of the context's, until one caller has made SETTLED calls in a row.  End to end: eight streams on one Llama
+decode from one thread, and their texts are still their solo runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp.engine.compute_thread import SETTLED, ComputeThread
+
+
+def compute_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "llama_cpp-compute"]
+
+
+def where(compute: ComputeThread) -> int:
+    return compute.run(threading.get_ident)
+
+
+def on_thread(fn: object) -> None:
+    thread = threading.Thread(target=fn)  # type: ignore[arg-type]  # a zero-argument callable
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_one_caller_computes_on_its_own_thread_and_starts_none() -> None:
+    before = len(compute_threads())
+    compute = ComputeThread()
+    me = threading.get_ident()
+    assert [where(compute) for _ in range(3 * SETTLED)] == [me] * (3 * SETTLED)
+    assert not compute.handing_off and len(compute_threads()) == before
+    compute.close()
+
+
+def test_callers_taking_turns_compute_on_one_thread_until_one_settles() -> None:
+    compute = ComputeThread()
+    me = threading.get_ident()
+    seen: list[tuple[int, int]] = []  # (caller, computing thread)
+
+    def other() -> None:
+        seen.append((threading.get_ident(), where(compute)))
+
+    assert where(compute) == me  # the first caller: its own thread
+    for _ in range(4):
+        on_thread(other)
+        seen.append((me, where(compute)))
+    computing = {thread for _, thread in seen}
+    assert len(computing) == 1 and not computing & {caller for caller, _ in seen}, seen
+    assert compute.handing_off
+    # one caller again: SETTLED more calls on the compute thread, then on its own
+    settled = [where(compute) for _ in range(SETTLED + 3)]
+    assert settled[:SETTLED - 1] == [computing.pop()] * (SETTLED - 1) and settled[-3:] == [me] * 3
+    assert not compute.handing_off
+    compute.close()
+
+
+def test_what_a_call_raises_reaches_its_caller_and_the_thread_goes_on() -> None:
+    compute = ComputeThread()
+    on_thread(lambda: compute.run(int))
+
+    def fail() -> int:
+        raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        compute.run(fail)
+    assert compute.handing_off and compute.run(lambda: 7) == 7
+    compute.close()
+
+
+def test_close_ends_the_thread_and_later_calls_run_on_their_caller() -> None:
+    before = len(compute_threads())
+    compute = ComputeThread()
+    on_thread(lambda: compute.run(int))
+    assert where(compute) != threading.get_ident()
+    assert len(compute_threads()) == before + 1
+    compute.close()
+    compute.close()  # idempotent
+    assert len(compute_threads()) == before
+    on_thread(lambda: compute.run(int))
+    assert where(compute) == threading.get_ident()
+
+
+def test_a_dropped_compute_thread_ends_with_its_object() -> None:
+    before = len(compute_threads())
+    compute = ComputeThread()
+    on_thread(functools.partial(compute.run, int))
+    compute.run(int)
+    assert len(compute_threads()) == before + 1
+    del compute
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while len(compute_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(compute_threads()) == before
+
+
+def test_eight_streams_decode_from_one_thread_with_their_solo_texts(tiny_model_path: Path) -> None:
+    prompts = [f"Stream {i} says" for i in range(8)]
+    with Llama(str(tiny_model_path), n_ctx=8 * 128, n_seq_max=8, n_threads=2, verbose=False) as llm:
+        solo = [llm.create_completion(p, max_tokens=24, temperature=0.0)["choices"][0]["text"] for p in prompts]
+        compute = llm._ctx.compute  # the engine's context
+        decoding: list[int] = []
+        original = compute.run
+
+        def recording(call):  # type: ignore[no-untyped-def]
+            return original(lambda: (decoding.append(threading.get_ident()), call())[1])
+
+        compute.run = recording  # type: ignore[method-assign]
+        texts: list[str | None] = [None] * 8
+        barrier = threading.Barrier(8)
+
+        def stream(i: int) -> None:
+            barrier.wait()
+            texts[i] = "".join(c["choices"][0]["text"] for c in llm.create_completion(
+                prompts[i], max_tokens=24, temperature=0.0, stream=True))
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert texts == solo
+        [computing] = [t.ident for t in compute_threads() if t.ident in decoding]
+        assert decoding.count(computing) >= len(decoding) // 2, decoding
+        assert computing not in {t.ident for t in threads}
+    assert not any(t.is_alive() for t in threads)
