@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import threading
 import time
 from pathlib import Path
@@ -135,3 +136,20 @@ def test_eight_streams_decode_from_one_thread_with_their_solo_texts(tiny_model_p
         assert decoding.count(computing) >= len(decoding) // 2, decoding
         assert computing not in {t.ident for t in threads}
     assert not any(t.is_alive() for t in threads)
+
+
+def test_a_forked_child_computes_without_the_parents_thread() -> None:
+    compute = ComputeThread()
+    compute.run(int)
+    on_thread(lambda: compute.run(int))
+    assert compute.handing_off and len(compute_threads()) >= 1
+    pid = os.fork()
+    if pid == 0:  # the child: callers taking turns again, on a thread of its own
+        try:
+            on_thread(lambda: compute.run(int))
+            os._exit(0 if where(compute) != threading.get_ident() and compute.run(lambda: 5) == 5 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    compute.close()

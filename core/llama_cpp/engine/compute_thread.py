@@ -19,6 +19,7 @@ raised to the caller.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Callable, TypeVar, cast
@@ -79,6 +80,7 @@ class ComputeThread:
         self._handing_off = False
         # a context dropped without close(): the thread ends with this object (the finalizer holds no self)
         self._stop = weakref.finalize(self, self._hand_off.stop)
+        _instances.add(self)
 
     @property
     def handing_off(self) -> bool:
@@ -120,6 +122,13 @@ class ComputeThread:
             raise error
         return cast(T, result)  # what call() returned
 
+    def _forget_thread(self) -> None:
+        """In a child process after ``fork``: the thread did not come along (nor did its locks' state)."""
+        self._stop.detach()
+        self._hand_off = _HandOff()
+        self._stop = weakref.finalize(self, self._hand_off.stop)
+        self._thread = None
+
     def close(self) -> None:
         """End the compute thread (idempotent); calls after this run on their caller's thread."""
         self._stop()
@@ -128,3 +137,14 @@ class ComputeThread:
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=10)
+
+
+_instances: weakref.WeakSet[ComputeThread] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for compute in list(_instances):
+        compute._forget_thread()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
