@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from llama_cpp import Llama
-from llama_cpp.engine.compute_thread import SETTLED, ComputeThread
+from llama_cpp.engine.compute_thread import SETTLED, THREAD_NAME, ComputeThread
 
 
 def compute_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "llama_cpp-compute"]
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
 
 
 def where(compute: ComputeThread) -> int:
@@ -150,6 +150,12 @@ def test_a_forked_child_computes_without_the_parents_thread() -> None:
             os._exit(0 if where(compute) != threading.get_ident() and compute.run(lambda: 5) == 5 else 1)
         except BaseException:
             os._exit(2)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 30  # a child waiting for the parent's thread would wait forever
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if waited[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child hung handing a call to a compute thread it does not have")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
     compute.close()

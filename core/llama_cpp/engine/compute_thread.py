@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 # calls in a row from one thread after which its calls run on its own thread again
 SETTLED = 16
+THREAD_NAME = "llama_cpp-compute"
 
 
 class _HandOff:
@@ -71,10 +72,9 @@ class ComputeThread:
     """Runs a context's graph computes (``run(call)``), each from the thread that suits its callers of the
     moment.  One call at a time: the engine's callers take turns (the scheduler's driver, or ``exclusive``)."""
 
-    def __init__(self, name: str = "llama_cpp-compute") -> None:
+    def __init__(self) -> None:
         self._hand_off = _HandOff()
         self._thread: threading.Thread | None = None
-        self._name = name
         self._caller: int | None = None  # the thread of the last call
         self._streak = 0  # calls in a row from that thread
         self._handing_off = False
@@ -103,7 +103,7 @@ class ComputeThread:
     def _on_compute_thread(self, call: Callable[[], T]) -> T:
         hand_off = self._hand_off
         if self._thread is None:
-            self._thread = threading.Thread(target=hand_off.serve, name=self._name, daemon=True)
+            self._thread = threading.Thread(target=hand_off.serve, name=THREAD_NAME, daemon=True)
             self._thread.start()
         hand_off.call = call
         hand_off.go.release()
