@@ -44,6 +44,7 @@ def _load_package_module(name: str):
 
 
 _source = _load_package_module("_source")
+_load_package_module("_amx_check")  # _cmake's import of it finds it loaded
 _cmake = _load_package_module("_cmake")
 
 EXTENSION = "llama_cpp_native._native"

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._amx_check import with_amx_workaround
 from ._source import SourceTree, cache_root
 
 # The libraries the package ships; CMake builds their dependencies (ggml-base,
@@ -180,8 +181,9 @@ def _run(cmd: list[str], log: Path) -> None:
 
 
 def configure(source: SourceTree, extra_args: list[str] | None = None) -> Build:
-    """Configure (or reuse) the cached build directory for ``source`` and CMAKE_ARGS."""
-    args = list(extra_args if extra_args is not None else user_cmake_args())
+    """Configure (or reuse) the cached build directory for ``source`` and CMAKE_ARGS (plus the flags that keep
+    a broken compiler away from ggml's AMX kernels, :mod:`._amx_check`)."""
+    args = with_amx_workaround(list(extra_args if extra_args is not None else user_cmake_args()), os.environ)
     directory = cache_root() / "build" / _build_key(source, args)
     if _cache_is_stale(directory):
         shutil.rmtree(directory)
