@@ -160,8 +160,11 @@ class ModelPool:
             return list(self._loaded.values())
 
     def resolve(self, name: str | None) -> str:
-        """The configured model called ``name`` (None or empty: the first one); 404 if there is none."""
-        if not name:
+        """The configured model called ``name`` (None or empty: the first one); 404 if there is none.
+
+        A server of one model serves it whatever a request names, as llama-server and the reference do:
+        clients send the OpenAI model names they were written for (``gpt-3.5-turbo-instruct``...)."""
+        if not name or len(self.specs) == 1:
             return self.names[0]
         if name in self.specs:
             return name
@@ -253,9 +256,9 @@ class LlamaProxy(ModelPool):
     keeps them).  Iterating gives the names, ``proxy[name]`` a model's settings and ``proxy[name] =
     settings`` adds or replaces one; ``free()`` closes every model.
 
-    Difference from the reference: an unknown name raises (it served the first model instead).  The app
-    itself does not use this class: its :class:`ModelPool` also counts each model's requests, so that a
-    model in use is never unloaded.
+    Difference from the reference: with several models an unknown name raises (it served the first model
+    instead).  The app itself does not use this class: its :class:`ModelPool` also counts each model's
+    requests, so that a model in use is never unloaded.
     """
 
     def __init__(self, models: list[ModelSettings], server: ServerSettings | None = None,
