@@ -56,7 +56,8 @@ def tests(session: nox.Session) -> None:
     session.install(_FRESH, "./contrib/example_plugin", "./contrib/example_speculative", "./contrib/example_policy")
     _ensure_chromium(session)
     session.run("python", "-m", "mypy")  # the files and strictness are in pyproject.toml's [tool.mypy]
-    session.run("python", "-m", "llama_cpp_native", "build-tools")
+    # llama-server too: the server's llama-server routes are tested against it
+    session.run("python", "-m", "llama_cpp_native", "build-tools", "--server")
     session.run("pytest", *session.posargs, env=_ONE_COMPUTE_THREAD)
 
 

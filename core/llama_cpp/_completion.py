@@ -8,6 +8,7 @@ choices, chunks), not about the model: it builds engine requests through
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from llama_cpp_native import lib
 
 from ._llama_base import LlamaBase
 from ._text import StopScanner
+from .completion_events import CompletionEnd, CompletionEvent, StopType
 from .engine import Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
 from .engine.policy import check_priority, check_tenant, current_tags
@@ -222,39 +224,60 @@ class CompletionAPI(LlamaBase):
         those of an enclosing :func:`llama_cpp.engine.policy.tagged` block, else
         0 and ``""``.
         """
+        choices, n_prompt = self._completion_choices(locals())
+        chunks = self._completion_chunks(choices, model or self.model_path, n_prompt)
+        if stream:
+            return chunks
+        return _merge_chunks(list(chunks))
+
+    def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]],
+                          **keywords: Any) -> Iterator[CompletionEvent]:
+        """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
+        generated token (the end-of-generation one too) with the text it releases, then per choice an event
+        with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
+        ``stream``, ``echo`` and ``model``, which shape OpenAI's objects."""
+        shaping = sorted({"stream", "echo", "model"} & keywords.keys())
+        if shaping:
+            raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
+                            "OpenAI objects)")
+        bound = inspect.signature(CompletionAPI.create_completion).bind(self, prompt, **keywords)
+        bound.apply_defaults()
+        choices, _ = self._completion_choices(bound.arguments)
+        return self._completion_events(choices)
+
+    def _completion_choices(self, call: Mapping[str, Any]) -> tuple[list[_Choice], int]:
+        """The choices of a :meth:`create_completion` call whose arguments are ``call`` (its ``locals()``), each
+        with its engine request (not yet submitted), and what the prompts cost (each counts once)."""
+        prompt, suffix, logprobs, echo = call["prompt"], call["suffix"], call["logprobs"], call["echo"]
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= self.n_vocab()):
             raise ValueError(f"logprobs must be an integer in 0..{self.n_vocab()} (the number of top tokens), got "
                              f"{logprobs!r}")
         if echo and logprobs is not None and isinstance(prompt, MediaPrompt):
             raise ValueError("echo with logprobs needs a prompt of tokens; media chunks have no token logprobs")
-        params = self._sampling(sampling_arguments(CompletionAPI.create_completion, locals()))
+        params = self._sampling(sampling_arguments(CompletionAPI.create_completion, call))
         tags = current_tags()
-        priority = check_priority(priority if priority is not None else tags.priority or 0)
-        tenant = check_tenant(tenant if tenant is not None else tags.tenant or "")
-        adapters = self._adapter_request(active_loras, control_vector)
+        priority = check_priority(call["priority"] if call["priority"] is not None else tags.priority or 0)
+        tenant = check_tenant(call["tenant"] if call["tenant"] is not None else tags.tenant or "")
+        adapters = self._adapter_request(call["active_loras"], call["control_vector"])
         prompts = prompt_list(prompt)
-        n = choice_count(n)
+        n = choice_count(call["n"])
         normalised = [self._prompt(p, suffix) for p in prompts]
         limit = self._live_scheduler().ctx.n_ctx_seq
-        stops = stop_list(stop)
+        stops = stop_list(call["stop"])
         choices: list[_Choice] = []
         for prompt_index, item in enumerate(normalised):
-            budget = new_token_limit(max_tokens, len(item.tokens), limit)
+            budget = new_token_limit(call["max_tokens"], len(item.tokens), limit)
             leader: Request | None = None
             for j in range(n):
                 request = self._request(
                     item.tokens, attrs.evolve(params, seed=choice_seed(params.seed, j)), adapters, max_tokens=budget,
-                    logits_processor=logits_processor, stopping_criteria=stopping_criteria, logprobs=logprobs,
-                    keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
+                    logits_processor=call["logits_processor"], stopping_criteria=call["stopping_criteria"],
+                    logprobs=logprobs, keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
                     media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant)
                 leader = leader or request
                 choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
-        n_prompt = sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is
-        chunks = self._completion_chunks(choices, model or self.model_path, n_prompt)
-        if stream:
-            return chunks
-        return _merge_chunks(list(chunks))
+        return choices, sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is
 
     def _prompt(self, prompt: str | list[int] | MediaPrompt, suffix: str | None) -> _Prompt:
         """A prompt's tokens: BOS as the vocabulary wants it, infill when a suffix is given."""
@@ -282,12 +305,44 @@ class CompletionAPI(LlamaBase):
             tokens = [self.token_bos()]
         return _Prompt(tokens, text, trailing)
 
+    def _read(self, choices: list[_Choice]) -> Iterator[tuple[_Choice, TokenEvent | None, str]]:
+        """Every choice's tokens as they arrive (one engine request per choice, read in turn): ``(choice,
+        event, the text it releases)``; a choice's last item has no event and the text still held back, and
+        its ``finish`` is set by then."""
+        scheduler = self._live_scheduler()
+        for choice in choices:
+            scheduler.submit(choice.request)
+        active = {choice.request: choice for choice in choices}
+        order = list(active)  # the requests to read from, rebuilt only when it changes
+        try:
+            while active:
+                request, event = scheduler.next_of(order)
+                choice = active[request]
+                hit = False
+                if event is not None:
+                    text, hit = choice.feed(event)
+                    yield choice, event, text
+                    if hit:
+                        choice.pending_lp = []
+                        scheduler.cancel(request)
+                if event is None or hit:
+                    del active[request]
+                    order = list(active)
+                    choice.finish = "stop" if hit else request.finish_reason or "stop"
+                    yield choice, None, choice.scanner.flush().decode("utf-8", "replace") + choice.prompt.trailing_suffix
+                elif len(active) > 1:  # round robin: the others' tokens come first next time
+                    del active[request]
+                    active[request] = choice
+                    order = list(active)
+        finally:
+            for choice in choices:
+                scheduler.cancel(choice.request)
+
     def _completion_chunks(self, choices: list[_Choice], model: str,
                            n_prompt: int) -> Iterator[dict[str, Any]]:
-        """The chunks of every choice, as their tokens arrive (one engine request per choice)."""
+        """OpenAI's chunks of every choice, as their text arrives."""
         completion_id = f"cmpl-{uuid.uuid4()}"
         created = int(time.time())
-        scheduler = self._live_scheduler()
 
         def chunk(choice: _Choice, text: str, finish: str | None, lp: Logprobs | None = None,
                   usage: dict[str, int] | None = None) -> dict[str, Any]:
@@ -299,44 +354,49 @@ class CompletionAPI(LlamaBase):
                 out["usage"] = usage
             return out
 
-        for choice in choices:
-            scheduler.submit(choice.request)
-        active = {choice.request: choice for choice in choices}
-        order = list(active)  # the requests to read from, rebuilt only when it changes
-        try:
-            while active:
-                request, event = scheduler.next_of(order)
-                choice = active[request]
-                if choice.echo_pending:
-                    text, lp = choice.echo_block()
-                    yield chunk(choice, text, None, lp)
-                hit = False
-                if event is not None:
-                    text, hit = choice.feed(event)
-                    if text:
-                        yield chunk(choice, text, None, choice.take_logprobs() if choice.pending_lp else None)
-                    if hit:
-                        choice.pending_lp = []
-                        scheduler.cancel(request)
-                if event is None or hit:
-                    del active[request]
-                    order = list(active)
-                    choice.finish = "stop" if hit else request.finish_reason or "stop"
-                    rest = choice.scanner.flush().decode("utf-8", "replace") + choice.prompt.trailing_suffix
-                    if rest or choice.pending_lp:
-                        yield chunk(choice, rest, None, choice.take_logprobs())
-                    if active:
-                        yield chunk(choice, "", choice.finish)
-                elif len(active) > 1:  # round robin: the others' tokens come first next time
-                    del active[request]
-                    active[request] = choice
-                    order = list(active)
-            n_completion = sum(c.n_read for c in choices)
-            yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
-                                                         "total_tokens": n_prompt + n_completion})
-        finally:
-            for choice in choices:
-                scheduler.cancel(choice.request)
+        ended = 0
+        for choice, event, text in self._read(choices):
+            if choice.echo_pending:
+                echoed, lp = choice.echo_block()
+                yield chunk(choice, echoed, None, lp)
+            if event is not None:
+                if text:
+                    yield chunk(choice, text, None, choice.take_logprobs() if choice.pending_lp else None)
+                continue
+            if text or choice.pending_lp:
+                yield chunk(choice, text, None, choice.take_logprobs())
+            ended += 1
+            if ended < len(choices):
+                yield chunk(choice, "", choice.finish)
+        n_completion = sum(c.n_read for c in choices)
+        yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
+                                                     "total_tokens": n_prompt + n_completion})
+
+    def _completion_events(self, choices: list[_Choice]) -> Iterator[CompletionEvent]:
+        """llama-server's view of the same tokens (:meth:`completion_events`)."""
+        n_ctx = self._live_scheduler().ctx.n_ctx_seq
+        for choice, event, text in self._read(choices):
+            n_prompt = len(choice.prompt.tokens)
+            if event is not None:
+                yield CompletionEvent(choice.index, event.token, text, n_prompt, event.logprob, event.top)
+                continue
+            request = choice.request
+            ended = time.perf_counter()
+            eog = request.eog_token
+            if eog is not None:  # llama-server reports it as a token of no text
+                yield CompletionEvent(choice.index, eog, "", n_prompt)
+            matched = choice.scanner.matched if choice.finish == "stop" else None
+            stop_type: StopType = ("word" if matched is not None else "eos" if eog is not None
+                                   else "limit" if request.finish_reason == "length" else "none")
+            n_generated = choice.n_read + (eog is not None)
+            first = request.first_token or ended
+            yield CompletionEvent(choice.index, None, text, n_prompt, end=CompletionEnd(
+                stop_type=stop_type, stopping_word=matched or "", prompt_tokens=tuple(choice.prompt.tokens),
+                n_cached=max(0, n_prompt - request.n_prompt_evaluated), n_generated=n_generated,
+                prompt_ms=(first - request.started) * 1000.0 if request.started else 0.0,
+                predicted_ms=(ended - first) * 1000.0,
+                context_full=stop_type == "limit" and n_prompt + n_generated >= n_ctx,
+                sequence=request.seq_id if request.seq_id is not None else -1))
 
     def __call__(
         self,

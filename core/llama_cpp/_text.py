@@ -29,13 +29,14 @@ class StopScanner:
     stop string is never emitted; incomplete UTF-8 is held back too.
     """
 
-    __slots__ = ("stops", "longest", "buf", "emitted")
+    __slots__ = ("stops", "longest", "buf", "emitted", "matched")
 
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s.encode("utf-8") for s in stops if s]
         self.longest = max((len(s) for s in self.stops), default=0)
         self.buf = bytearray()
         self.emitted = 0  # bytes of buf already handed out
+        self.matched: str | None = None  # the stop string that was hit (the earliest in the text)
 
     def feed(self, piece: bytes) -> tuple[bytes, bool]:
         """Add a token's bytes; return (bytes safe to emit now, whether a stop string was hit)."""
@@ -48,6 +49,7 @@ class StopScanner:
                 pos = self.buf.find(stop, window)
                 if pos != -1 and (first == -1 or pos < first):
                     first = pos
+                    self.matched = stop.decode("utf-8")
             if first != -1:
                 out = bytes(self.buf[self.emitted:first])
                 self.emitted = first

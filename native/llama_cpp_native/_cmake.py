@@ -31,8 +31,8 @@ LIBRARY_TARGETS = ("llama", "mtmd", "llama-common")
 # llama.cpp's own programs used as oracles of correctness and speed.
 TOOL_TARGETS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-embedding", "llama-tokenize",
                 "llama-speculative-simple", "llama-lookup", "llama-lookup-create", "llama-mtmd-cli")
-# llama.cpp's server, the benchmark's oracle for ours: built only on request (``build-tools --server``), since
-# it is the slowest tool to compile and the test suite does not need it.
+# llama.cpp's server, the oracle for ours (its llama-server routes in the tests, its speed in the benchmark):
+# built only on request (``build-tools --server``), since it is the slowest tool to compile.
 SERVER_TARGETS = ("llama-server",)
 # What configuring the server's folder takes: its web UI stays out (no npm, no download at build time).
 _SERVER_OPTIONS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF")

@@ -26,6 +26,7 @@ from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, request_tenant, require_api_key
 from .metrics import render_metrics
+from .native import NativeCompletionRequest, NativeShaper, native_arguments
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper
@@ -95,9 +96,9 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             lease.release()
         return Response(status_code=499) if result is None else result
 
-    async def stream(lease: Lease, make: Callable[[], Iterator[Any]],
-                     shape: Callable[[Any], list[Any]]) -> StreamingResponse:
-        """A streamed answer (SSE); the lease is held until the stream ends."""
+    async def stream(lease: Lease, make: Callable[[], Iterator[Any]], shape: Callable[[Any], list[Any]],
+                     done: bytes | None = bridge.DONE) -> StreamingResponse:
+        """A streamed answer (SSE, ending with ``done``); the lease is held until the stream ends."""
         request_scope = scope()
         try:
             items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers,
@@ -109,7 +110,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for event in sse_events(first, items, shape, request_scope):
+                async for event in sse_events(first, items, shape, request_scope, done):
                     yield event
             finally:
                 lease.release()
@@ -192,6 +193,22 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         created = int(app.state.started)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
                                             "owned_by": "llama_cpp"} for name in pool.names]}
+
+    # -- llama-server's own routes ------------------------------------------------------------------
+    @app.post("/completion", dependencies=keyed)
+    @app.post("/completions", dependencies=keyed)
+    async def native_completion(body: NativeCompletionRequest, request: Request) -> Any:
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        try:
+            arguments = await run_in_threadpool(native_arguments, body, llm, request_tenant(request, None))
+        except BaseException:
+            lease.release()
+            raise
+        shaper = NativeShaper(llm, body, arguments, lease.served.name)
+        if body.stream:
+            return await stream(lease, lambda: llm.completion_events(**arguments), shaper.stream_events, done=None)
+        return await answer(request, lease, lambda: shaper.whole(llm.completion_events(**arguments)))
 
     # -- llama-server's and the reference's extras --------------------------------------------------
     async def _tokenize(body: TokenizeRequest) -> tuple[list[int], Any]:

@@ -188,8 +188,9 @@ def ping_event() -> bytes:
 
 
 async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callable[[Any], list[Any]],
-                     scope: RequestScope) -> AsyncIterator[bytes]:
-    """The SSE body: each item shaped into zero or more events, pings as comments, ``[DONE]`` at the end;
+                     scope: RequestScope, done: bytes | None = DONE) -> AsyncIterator[bytes]:
+    """The SSE body: each item shaped into zero or more events, pings as comments, ``done`` at the end (OpenAI's
+    ``[DONE]``; llama-server's own routes end with nothing);
     an error after the stream started is sent as an error event (the status line is gone by then).  However
     it ends (a disconnect cancels the task that sends it), the scope's requests are cancelled first,
     synchronously."""
@@ -211,4 +212,5 @@ async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callabl
     finally:
         scope.cancel()
         await rest.aclose()
-    yield DONE
+    if done is not None:
+        yield done

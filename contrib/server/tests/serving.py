@@ -5,8 +5,10 @@ helpers the server's tests share.  Imported by name (``from serving import ...``
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import llama_cpp_native
 import pytest
 import uvicorn
 from llama_cpp_server import Settings, create_app
@@ -58,6 +61,43 @@ def running(settings: Settings, *, wait_ready: bool = True) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextlib.contextmanager
+def llama_server(model: Path, *args: str) -> Iterator[str]:
+    """llama.cpp's own llama-server (the oracle, built from the same source by ``build-tools --server``) for
+    ``model`` with ``args``, on a free loopback port; yields its base URL once ``/health`` answers 200."""
+    folder = llama_cpp_native.tools_dir()
+    exe = folder / "llama-server" if folder is not None else None
+    if exe is None or not exe.exists():
+        pytest.fail("llama-server is not built: run `python -m llama_cpp_native build-tools --server` (the nox "
+                    "tests session does)")
+    port = free_port()
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    proc = subprocess.Popen([str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
+                             "-tb", "1", "--no-webui", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited ({proc.returncode}): "
+                                   f"{proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("llama-server did not become ready")
+            time.sleep(0.05)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

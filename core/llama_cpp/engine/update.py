@@ -214,6 +214,7 @@ class Update:
         is_eog = self.is_eog
         for token, row_index, raw in samples:
             if stop_on_eog and is_eog(token):
+                request.eog_token = token
                 outcome.finish = "stop"
                 return outcome
             row: np.ndarray | None = None

@@ -1,0 +1,362 @@
+"""llama-server's own completion API (``POST /completion``, ``/completions``): its field names in, its shapes out.
+
+Scripts, editor plugins and chat front-ends written for llama-server post ``prompt`` with ``n_predict``,
+``cache_prompt``, ``n_probs``, ``samplers``... and read ``content``, ``tokens``, ``stop_type``, ``timings``.
+The request is mapped onto :meth:`Llama.completion_events` (the same engine requests and stop rules as the
+OpenAI routes); the events are shaped as llama-server writes them (keys in its order; a stream of one event per
+generated token, end-of-generation token included, then the final object; no ``[DONE]``).
+
+Where this differs from llama-server, docs/server.md says so; fields this server cannot honour yet are refused
+with a 400 naming them when a request sets them to anything but their neutral value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Union
+
+from llama_cpp.completion_events import CompletionEnd, CompletionEvent
+from llama_cpp.llama_grammar import LlamaGrammar
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import APIError
+
+# one prompt: text, token ids, or text and token ids mixed; several prompts: a list of those
+NativePrompt = Union[str, list[Union[int, str]], list[Union[str, list[Union[int, str]]]]]
+
+# llama-server's sampler names (case aside), and its one-letter form, onto the core's stage names
+_SAMPLER_NAMES = {"dry": "dry", "top_k": "top_k", "top_p": "top_p", "nucleus": "top_p", "top_n_sigma": "top_n_sigma",
+                  "typ_p": "typical_p", "typ": "typical_p", "typical_p": "typical_p", "min_p": "min_p",
+                  "temperature": "temperature", "temp": "temperature", "xtc": "xtc", "infill": "infill",
+                  "penalties": "penalties", "adaptive_p": "adaptive_p"}
+_SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typical_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
+                    "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
+# the core's stage names back to llama-server's, for generation_settings
+_SERVER_NAMES = {"typical_p": "typ_p"}
+DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
+RANDOM_SEED = 0xFFFFFFFF  # llama-server's "no seed" (-1 as a uint32)
+
+
+class NativeCompletionRequest(BaseModel):
+    """The body of llama-server's ``/completion``; the defaults are llama-server's."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
+
+    prompt: NativePrompt
+    model: str | None = None
+    n_predict: int = Field(-1, ge=-1, description="-1: up to the end of the context")
+    max_tokens: int | None = Field(None, ge=-1, description="llama-server's alias of n_predict")
+    stream: bool = False
+    cache_prompt: bool = True
+    return_tokens: bool = False
+    timings_per_token: bool = False
+    response_fields: list[str] = Field(default_factory=list)
+    stop: Union[str, list[str], None] = None
+    n_probs: int = Field(0, ge=0, le=100)
+    post_sampling_probs: bool = False
+    n_cmpl: int = Field(1, ge=1, description="choices of each prompt (n is its alias)")
+    n: int | None = Field(None, ge=1)
+    seed: int = -1
+    temperature: float = Field(0.8, ge=0.0)
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    top_n_sigma: float = -1.0
+    typical_p: float = 1.0
+    xtc_probability: float = Field(0.0, ge=0.0, le=1.0)
+    xtc_threshold: float = Field(0.1, ge=0.0, le=1.0)
+    repeat_last_n: int = Field(64, ge=0)
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = Field(2, ge=0)
+    dry_penalty_last_n: int = Field(64, ge=0)
+    dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", '"', "*"], min_length=1)
+    mirostat: int = Field(0, ge=0, le=2)
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    adaptive_target: float = Field(-1.0, le=1.0)
+    adaptive_decay: float = Field(0.9, ge=0.0, le=0.99)
+    min_keep: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    logit_bias: Union[list[list[Any]], dict[str, Any], None] = None
+    samplers: Union[list[str], str, None] = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar_lazy: bool = False
+    # llama-server's fields this server does not implement: accepted at their neutral values only
+    id_slot: int = -1
+    n_keep: int = 0
+    n_discard: int = 0
+    n_indent: int = 0
+    n_cache_reuse: int = 0
+    t_max_predict_ms: int = -1
+    return_progress: bool = False
+    lora: list[dict[str, Any]] | None = None
+
+
+_NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_indent": 0, "n_cache_reuse": 0, "t_max_predict_ms": -1,
+            "return_progress": False, "post_sampling_probs": False, "timings_per_token": False}
+
+
+def _refuse_unimplemented(body: NativeCompletionRequest) -> None:
+    for name, neutral in _NOT_YET.items():
+        if getattr(body, name) != neutral:
+            raise APIError(400, f"{name}: this server does not implement it yet (leave it at {neutral!r}); "
+                           "docs/server.md lists llama-server's fields and what each does here", param=name)
+    if body.lora:
+        raise APIError(400, "lora: per-request adapter scales are not implemented here yet (load adapters with the "
+                       "model's settings)", param="lora")
+
+
+def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
+    """llama-server's prompt rules: a list with no number at its top level is several prompts; a list with
+    numbers is one prompt of token ids and text pieces (only a leading text piece gets BOS)."""
+    value = body.prompt
+    several = isinstance(value, list) and not any(isinstance(item, int) for item in value)
+    items = value if several else [value]
+    assert isinstance(items, list)
+    if not items:
+        raise APIError(400, "prompt must not be empty", param="prompt")
+    prompts: list[str | list[int]] = []
+    for item in items:
+        if isinstance(item, str):
+            prompts.append(item)
+            continue
+        if isinstance(item, int):
+            raise APIError(400, "prompt: a list of prompts holds texts or lists of tokens and texts, not bare "
+                           "token ids", param="prompt")
+        tokens: list[int] = []
+        for i, piece in enumerate(item):
+            if isinstance(piece, int):
+                tokens.append(piece)
+            elif isinstance(piece, str):
+                tokens += llm.tokenize(piece.encode("utf-8"), add_bos=i == 0 and llm.add_bos_token(), special=True)
+            else:
+                raise APIError(400, "prompt: a prompt of tokens and texts holds token ids and strings only",
+                               param="prompt")
+        prompts.append(tokens)
+    return prompts
+
+
+def _samplers(value: list[str] | str | None) -> tuple[str, ...] | None:
+    """The core's stage names for llama-server's ``samplers`` (names, any case, ``-`` or no separator; or one
+    letter each); unknown ones are refused, where llama-server skips them with a warning."""
+    if value is None:
+        return None
+    names: list[str] = []
+    for entry in value:  # a string is its letters
+        if isinstance(value, str):
+            if entry not in _SAMPLER_LETTERS:
+                raise APIError(400, f"samplers: unknown sampler letter {entry!r}; allowed: "
+                               f"{''.join(_SAMPLER_LETTERS)}", param="samplers")
+            names.append(_SAMPLER_LETTERS[entry])
+            continue
+        key = entry.lower().replace("-", "_")
+        found = _SAMPLER_NAMES.get(key) or next((v for k, v in _SAMPLER_NAMES.items() if k.replace("_", "") == key),
+                                                None)
+        if found is None:
+            raise APIError(400, f"samplers: unknown sampler {entry!r}; allowed: {', '.join(sorted(_SAMPLER_NAMES))}",
+                           param="samplers")
+        names.append(found)
+    return tuple(names)
+
+
+def _logit_bias(value: list[list[Any]] | dict[str, Any] | None, llm: Any) -> dict[int, float] | None:
+    """llama-server's two forms (``[[token or text, bias], ...]`` or ``{"token or text": bias}``); ``false`` is
+    -inf, a text biases each of its tokens."""
+    if value is None:
+        return None
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    bias: dict[int, float] = {}
+    for pair in pairs:
+        if len(pair) != 2:
+            raise APIError(400, f"logit_bias: {pair!r} is not a [token or text, bias] pair", param="logit_bias")
+        key, amount = pair
+        if amount is False:
+            amount = float("-inf")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise APIError(400, f"logit_bias: the bias of {key!r} must be a number or false", param="logit_bias")
+        if isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit()):
+            tokens = [int(key)]
+        elif isinstance(key, str):
+            tokens = llm.tokenize(key.encode("utf-8"), add_bos=False, special=False)
+        else:
+            raise APIError(400, f"logit_bias: {key!r} is neither a token id nor a text", param="logit_bias")
+        for token in tokens:
+            if not 0 <= token < llm.n_vocab():
+                raise APIError(400, f"logit_bias: token {token} is outside the vocabulary (0..{llm.n_vocab() - 1})",
+                               param="logit_bias")
+            bias[token] = float(amount)
+    return bias
+
+
+def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> dict[str, Any]:
+    """:meth:`Llama.completion_events`'s keywords for a ``/completion`` body."""
+    _refuse_unimplemented(body)
+    n_predict = body.max_tokens if body.max_tokens is not None and "n_predict" not in body.model_fields_set \
+        else body.n_predict
+    grammar = None
+    try:
+        if body.grammar:
+            grammar = LlamaGrammar.from_string(body.grammar, verbose=False)
+        elif body.json_schema is not None:
+            grammar = LlamaGrammar.from_json_schema(body.json_schema, verbose=False)
+    except ValueError as exc:
+        field = "grammar" if body.grammar else "json_schema"
+        raise APIError(400, f"{field}: {exc}", param=field) from None
+    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    return dict(
+        prompt=_prompts(body, llm), stop=stop, n=body.n if body.n is not None else body.n_cmpl,
+        # n_predict 0 samples one token in llama-server (its limit is checked after a token exists)
+        max_tokens=None if n_predict < 0 else max(1, n_predict),
+        logprobs=body.n_probs or None, seed=None if body.seed in (-1, RANDOM_SEED) else body.seed,
+        temperature=body.temperature, dynatemp_range=body.dynatemp_range, dynatemp_exponent=body.dynatemp_exponent,
+        top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, top_n_sigma=body.top_n_sigma,
+        typical_p=body.typical_p, xtc_probability=body.xtc_probability, xtc_threshold=body.xtc_threshold,
+        penalty_last_n=body.repeat_last_n, repeat_penalty=body.repeat_penalty,
+        presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
+        dry_multiplier=body.dry_multiplier, dry_base=body.dry_base, dry_allowed_length=body.dry_allowed_length,
+        dry_penalty_last_n=body.dry_penalty_last_n, dry_seq_breakers=tuple(body.dry_sequence_breakers),
+        mirostat_mode=body.mirostat, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
+        adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
+        ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
+        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant)
+
+
+def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The request's settings under llama-server's names, in its order (``generation_settings``)."""
+    samplers = arguments["samplers"] if arguments["samplers"] is not None else DEFAULT_SAMPLERS
+    n_predict = -1 if arguments["max_tokens"] is None else arguments["max_tokens"]
+    bias = arguments["logit_bias"] or {}
+    return {
+        "seed": RANDOM_SEED if arguments["seed"] is None else arguments["seed"], "temperature": body.temperature,
+        "dynatemp_range": body.dynatemp_range, "dynatemp_exponent": body.dynatemp_exponent, "top_k": body.top_k,
+        "top_p": body.top_p, "min_p": body.min_p, "top_n_sigma": body.top_n_sigma,
+        "xtc_probability": body.xtc_probability, "xtc_threshold": body.xtc_threshold, "typical_p": body.typical_p,
+        "repeat_last_n": body.repeat_last_n, "repeat_penalty": body.repeat_penalty,
+        "presence_penalty": body.presence_penalty, "frequency_penalty": body.frequency_penalty,
+        "dry_multiplier": body.dry_multiplier, "dry_base": body.dry_base,
+        "dry_allowed_length": body.dry_allowed_length, "dry_penalty_last_n": body.dry_penalty_last_n,
+        "dry_sequence_breakers": list(body.dry_sequence_breakers), "mirostat": body.mirostat,
+        "mirostat_tau": body.mirostat_tau, "mirostat_eta": body.mirostat_eta,
+        "adaptive_target": body.adaptive_target, "adaptive_decay": body.adaptive_decay,
+        "stop": list(arguments["stop"] or []), "max_tokens": n_predict, "n_predict": n_predict, "n_keep": body.n_keep,
+        "n_discard": body.n_discard, "ignore_eos": body.ignore_eos, "stream": body.stream,
+        "logit_bias": [{"bias": None if v == float("-inf") else v, "token": t} for t, v in bias.items()],
+        "n_probs": body.n_probs, "min_keep": body.min_keep, "grammar": body.grammar or "",
+        "grammar_lazy": body.grammar_lazy, "grammar_triggers": [], "preserved_tokens": [],
+        "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
+        "generation_prompt": "", "samplers": [_SERVER_NAMES.get(name, name) for name in samplers],
+        "speculative.types": "none", "timings_per_token": body.timings_per_token,
+        "post_sampling_probs": body.post_sampling_probs, "backend_sampling": False, "lora": [],
+    }
+
+
+def timings(end: CompletionEnd) -> dict[str, Any]:
+    """llama-server's ``timings``: the first token comes with the prompt, so generation rates count the rest."""
+    prompt_n, predicted = end.n_prompt - end.n_cached, end.n_generated
+    prompt_ms, predicted_ms = end.prompt_ms, max(end.predicted_ms, 0.001)
+    return {"cache_n": end.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": 1000.0 / prompt_ms * prompt_n if prompt_ms else 0.0,
+            "predicted_n": predicted, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / (predicted - 1) if predicted > 1 else 0.0,
+            "predicted_per_second": 1000.0 / predicted_ms * (predicted - 1) if predicted > 1 else 0.0}
+
+
+def _filtered(result: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    """``response_fields``: only those paths (``generation_settings/n_predict``: a key of a nested object),
+    named by their whole path, in the order asked; missing ones left out."""
+    out: dict[str, Any] = {}
+    for path in fields:
+        value: Any = result
+        for part in path.split("/"):
+            if not isinstance(value, dict) or part not in value:
+                break
+            value = value[part]
+        else:
+            out[path] = value
+    return out
+
+
+class NativeShaper:
+    """The events of one ``/completion`` request in llama-server's shapes (stream events, or whole results)."""
+
+    def __init__(self, llm: Any, body: NativeCompletionRequest, arguments: dict[str, Any], model: str) -> None:
+        self.llm = llm
+        self.body = body
+        self.model = model
+        self.settings = generation_settings(body, arguments)
+        self.texts: dict[int, list[str]] = {}
+        self.tokens: dict[int, list[int]] = {}
+        self.probs: dict[int, list[dict[str, Any]]] = {}
+
+    def _piece(self, token: int) -> dict[str, Any]:
+        raw = self.llm.detokenize([token], special=False)
+        return {"id": token, "token": raw.decode("utf-8", "ignore"), "bytes": list(raw)}
+
+    def _probability(self, event: CompletionEvent) -> dict[str, Any]:
+        assert event.token is not None
+        return {**self._piece(event.token), "logprob": event.logprob,
+                "top_logprobs": [{**self._piece(t), "logprob": v} for t, v in event.top]}
+
+    def token_event(self, event: CompletionEvent) -> dict[str, Any]:
+        """A streamed token (``stop: false``); also recorded for the choice's whole result."""
+        assert event.token is not None
+        index = event.index
+        self.texts.setdefault(index, []).append(event.text)
+        self.tokens.setdefault(index, []).append(event.token)
+        out: dict[str, Any] = {"index": index, "content": event.text, "tokens": [event.token], "stop": False,
+                               "id_slot": -1, "tokens_predicted": len(self.tokens[index]),
+                               "tokens_evaluated": event.n_prompt}
+        if self.body.n_probs and event.logprob is not None:
+            probability = self._probability(event)
+            self.probs.setdefault(index, []).append(probability)
+            out["completion_probabilities"] = [probability]
+        return out
+
+    def result(self, event: CompletionEvent, *, streamed: bool) -> dict[str, Any]:
+        """A choice's final object: the whole text and tokens, or (``streamed``) none, as llama-server's last
+        stream event has; ``response_fields`` applied."""
+        end = event.end
+        assert end is not None
+        index = event.index
+        self.texts.setdefault(index, []).append(event.text)
+        content = "".join(self.texts[index])
+        # piece by piece, as llama-server writes it (a SentencePiece space after BOS stays)
+        prompt = b"".join(self.llm.detokenize([t], special=True) for t in end.prompt_tokens).decode("utf-8",
+                                                                                                  "replace")
+        out: dict[str, Any] = {
+            "index": index, "content": "" if streamed else content,
+            "tokens": [] if streamed or not self.body.return_tokens else self.tokens.get(index, []),
+            "id_slot": end.sequence, "stop": True, "model": self.model, "tokens_predicted": end.n_generated,
+            "tokens_evaluated": end.n_prompt, "generation_settings": self.settings, "prompt": prompt,
+            "has_new_line": "\n" in content, "truncated": end.context_full, "stop_type": end.stop_type,
+            "stopping_word": end.stopping_word, "tokens_cached": end.n_prompt + end.n_generated - 1,
+            "timings": timings(end),
+        }
+        if not streamed and self.probs.get(index):
+            out["completion_probabilities"] = self.probs[index]
+        return _filtered(out, self.body.response_fields) if self.body.response_fields else out
+
+    def stream_events(self, event: CompletionEvent) -> list[dict[str, Any]]:
+        """The SSE events of one event: a token's, or a choice's final object."""
+        if event.token is not None:
+            return [self.token_event(event)]
+        return [self.result(event, streamed=True)]
+
+    def whole(self, events: Iterator[CompletionEvent]) -> dict[str, Any] | list[dict[str, Any]]:
+        """The non-streamed answer: one object, or with several prompts or choices a list in index order."""
+        results = []
+        for event in events:
+            if event.token is not None:
+                self.token_event(event)
+            else:
+                results.append(self.result(event, streamed=False))
+        results.sort(key=lambda r: r.get("index", 0))
+        return results[0] if len(results) == 1 else results
+

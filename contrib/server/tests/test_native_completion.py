@@ -1,0 +1,146 @@
+"""llama-server's own ``/completion`` against llama-server itself: the same request to both, greedy on the same
+tiny F32 model, gives the same text, the same tokens and the same response shape (keys in order, value types,
+the stream's events); ``/completions`` is the same route."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import llama_server, running, tiny_settings
+
+from llama_cpp import Llama
+
+PROMPT = "Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def both(chat_model_path: Path) -> Iterator[tuple[str, str]]:
+    """(ours, llama-server's) base URLs, one sequence each, as llama-server's -np 1."""
+    with running(tiny_settings(chat_model_path, n_seq_max=1)) as ours, \
+            llama_server(chat_model_path, "-c", "2048", "-np", "1", "--alias", "tiny") as theirs:
+        yield ours, theirs
+
+
+def post(base: str, body: dict[str, Any], path: str = "/completion") -> Any:
+    reply = httpx.post(base + path, json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def shape(value: Any) -> Any:
+    """The keys (in order) and value types of ``value``, all the way down (list items: the first one's)."""
+    if isinstance(value, dict):
+        return [(key, shape(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return ["list", shape(value[0])] if value else ["list"]
+    if isinstance(value, bool) or value is None:
+        return type(value).__name__
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def same(ours: dict[str, Any], theirs: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        assert ours[key] == theirs[key], (key, ours[key], theirs[key])
+
+
+def stream(base: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], bytes]:
+    """The stream's events and its raw bytes."""
+    with httpx.stream("POST", base + "/completion", json={**body, "stream": True}, timeout=60) as reply:
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        raw = reply.read()
+    events = [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n") if line.startswith(b"data: ")]
+    return events, raw
+
+
+def test_greedy_text_tokens_and_the_whole_shape_equal_llama_servers(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "return_tokens": True}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "tokens", "tokens_predicted", "tokens_evaluated", "stop", "stop_type",
+         "stopping_word", "truncated", "has_new_line", "model", "prompt")
+    assert ours["stop_type"] == "limit" and ours["tokens_predicted"] == 12 == len(ours["tokens"])
+    assert shape(ours) == shape(theirs)
+    assert ours["timings"]["prompt_n"] + ours["timings"]["cache_n"] == ours["tokens_evaluated"]
+    assert ours["generation_settings"]["n_predict"] == theirs["generation_settings"]["n_predict"] == 12
+    assert ours["generation_settings"]["samplers"] == theirs["generation_settings"]["samplers"]
+    assert post(both[0], body, "/completions")["content"] == ours["content"]  # the same route
+
+
+def test_a_stop_word_ends_the_text_before_it(both: tuple[str, str]) -> None:
+    first = post(both[1], {"prompt": PROMPT, "n_predict": 12, "temperature": 0})["content"]
+    word = first[len(first) // 2:][:2]  # a stop string from the middle of the greedy text
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "stop": [word]}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "stop_type", "stopping_word", "tokens_predicted")
+    assert ours["stop_type"] == "word" and ours["stopping_word"] == word and word not in ours["content"]
+
+
+def test_the_end_of_generation_token_is_a_token_of_no_text(both: tuple[str, str], chat_model_path: Path) -> None:
+    with Llama(str(chat_model_path), vocab_only=True, verbose=False) as vocab:
+        eos_id = vocab.token_eos()
+    body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "logit_bias": [[eos_id, 100.0]],
+            "return_tokens": True}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "tokens", "stop_type", "tokens_predicted")
+    assert ours["stop_type"] == "eos" and ours["tokens"] == [eos_id] and ours["content"] == ""
+
+
+@pytest.mark.parametrize("prompt", [[1, 450, 1156], ["Once", 2501, " a time"]], ids=["tokens", "mixed"])
+def test_token_and_mixed_prompts_are_read_as_llama_server_reads_them(both: tuple[str, str], prompt: list[Any]) -> None:
+    body = {"prompt": prompt, "n_predict": 6, "temperature": 0}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "tokens_evaluated", "prompt")
+
+
+def test_several_prompts_answer_a_list_in_prompt_order(both: tuple[str, str]) -> None:
+    body = {"prompt": [PROMPT, "The sky is"], "n_predict": 5, "temperature": 0}
+    ours, theirs = (post(base, body) for base in both)
+    assert isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs) == 2
+    assert [r["index"] for r in ours] == [0, 1]
+    for mine, its in zip(ours, theirs):
+        same(mine, its, "index", "content", "tokens_evaluated")
+
+
+def test_the_stream_has_llama_servers_events(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0}
+    (ours, ours_raw), (theirs, theirs_raw) = (stream(base, body) for base in both)
+    assert b"[DONE]" not in ours_raw and b"[DONE]" not in theirs_raw
+    assert [(e["content"], e["tokens"], e["stop"]) for e in ours] == [(e["content"], e["tokens"], e["stop"])
+                                                                      for e in theirs]
+    assert [shape(e) for e in ours[:-1]] == [shape(e) for e in theirs[:-1]]
+    assert shape(ours[-1]) == shape(theirs[-1]) and ours[-1]["content"] == "" and ours[-1]["tokens"] == []
+    assert ours[-1]["tokens_predicted"] == theirs[-1]["tokens_predicted"] == 8
+
+
+def test_token_probabilities_have_llama_servers_shape_and_tokens(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 3}
+    ours, theirs = (post(base, body) for base in both)
+    assert shape(ours["completion_probabilities"]) == shape(theirs["completion_probabilities"])
+    for mine, its in zip(ours["completion_probabilities"], theirs["completion_probabilities"], strict=True):
+        assert mine["id"] == its["id"] and [t["id"] for t in mine["top_logprobs"]] == [
+            t["id"] for t in its["top_logprobs"]]
+        assert mine["logprob"] == pytest.approx(its["logprob"], abs=1e-3)
+
+
+def test_response_fields_keep_only_those_paths(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 3, "temperature": 0,
+            "response_fields": ["content", "generation_settings/n_predict", "no/such"]}
+    ours, theirs = (post(base, body) for base in both)
+    assert ours == theirs and list(ours) == ["content", "generation_settings/n_predict"]
+
+
+def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
+    ours = both[0]
+    for body, field in (({"prompt": PROMPT, "n_predict": -2}, "n_predict"),
+                        ({"prompt": PROMPT, "samplers": ["top_k", "no_such"]}, "samplers"),
+                        ({"prompt": PROMPT, "logit_bias": [[10**9, 1.0]]}, "logit_bias"),
+                        ({"prompt": PROMPT, "n_keep": 4}, "n_keep"),
+                        ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),
+                        ({"prompt": []}, "prompt")):
+        reply = httpx.post(ours + "/completion", json=body, timeout=30)
+        assert reply.status_code in (400, 422), (body, reply.text)
+        assert field in json.dumps(reply.json()["error"]), (body, reply.text)

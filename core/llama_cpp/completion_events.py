@@ -1,0 +1,51 @@
+"""A completion token by token, as llama-server reports it: what :meth:`Llama.completion_events` yields.
+
+OpenAI's chunks (``create_completion(stream=True)``) carry text only, and only when there is some. A server
+that speaks llama-server's own API (``/completion``) reports every generated token, the end-of-generation
+token included, with the text it releases (empty while the text may still grow into a stop string), and at the
+end why generation stopped, how much of the prompt came from memory and how long each part took. Both views
+are read from the same engine requests by the same loop (``_completion.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+#: why a choice ended, in llama-server's words: its end-of-generation token, the token limit (or the end of the
+#: context), a stop string, or none of these (a stopping criterion, an error)
+StopType = Literal["eos", "limit", "word", "none"]
+
+
+@attrs.frozen
+class CompletionEnd:
+    """How one choice ended."""
+
+    stop_type: StopType
+    stopping_word: str  # the stop string that ended it ("" unless stop_type is "word")
+    prompt_tokens: tuple[int, ...]  # its prompt, as evaluated
+    n_cached: int  # of those, how many were already in memory (a reused prefix or a fork's copy)
+    n_generated: int  # tokens generated, the end-of-generation token included (llama-server's count)
+    prompt_ms: float  # from the moment it got a sequence to its first token
+    predicted_ms: float  # from its first token to its last
+    context_full: bool  # the token limit was the end of the context, not the request's own limit
+    sequence: int  # the engine sequence it ran in (llama-server's slot); -1 if it never got one
+
+    @property
+    def n_prompt(self) -> int:
+        return len(self.prompt_tokens)
+
+
+@attrs.frozen
+class CompletionEvent:
+    """One generated token of choice ``index`` and the text it releases, or (``token`` None) the choice's end:
+    the text still held back then, and ``end``."""
+
+    index: int
+    token: int | None
+    text: str
+    n_prompt: int  # the tokens of its prompt
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()  # the top alternatives (token, logprob), with ``logprobs``
+    end: CompletionEnd | None = None

@@ -1,0 +1,79 @@
+"""``Llama.completion_events``: the same completion as ``create_completion``, token by token, with why each
+choice ended, as llama-server reports it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp.completion_events import CompletionEvent
+
+PROMPT = "Once upon a time"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path: Path):
+    with Llama(str(tiny_model_path), n_ctx=256, n_threads=1, verbose=False) as llm:
+        yield llm
+
+
+def _split(events: list[CompletionEvent], index: int = 0) -> tuple[list[CompletionEvent], CompletionEvent]:
+    mine = [e for e in events if e.index == index]
+    assert mine[-1].end is not None and all(e.end is None for e in mine[:-1])
+    return mine[:-1], mine[-1]
+
+
+def test_the_events_carry_create_completions_text_and_every_token(tiny: Llama) -> None:
+    text = tiny.create_completion(PROMPT, max_tokens=10, temperature=0)["choices"][0]["text"]
+    tokens, last = _split(list(tiny.completion_events(PROMPT, max_tokens=10, temperature=0)))
+    assert "".join(e.text for e in tokens) + last.text == text
+    assert len(tokens) == 10 and all(e.token is not None for e in tokens)
+    assert tiny.detokenize([e.token for e in tokens if e.token is not None], prev_tokens=[1]).decode() == text
+    end = last.end
+    assert end is not None and end.stop_type == "limit" and end.n_generated == 10 and end.stopping_word == ""
+    assert end.prompt_tokens == tuple(tiny.tokenize(PROMPT.encode())) and end.n_prompt == len(end.prompt_tokens)
+    assert 0 <= end.n_cached < end.n_prompt and end.prompt_ms >= 0 and end.predicted_ms >= 0
+    assert not end.context_full and end.sequence >= 0
+
+
+def test_a_stop_string_is_named_and_its_token_counted(tiny: Llama) -> None:
+    free = tiny.create_completion(PROMPT, max_tokens=10, temperature=0)["choices"][0]["text"]
+    word = free[len(free) // 2:][:2]
+    tokens, last = _split(list(tiny.completion_events(PROMPT, max_tokens=10, temperature=0, stop=[word])))
+    assert last.end is not None and last.end.stop_type == "word" and last.end.stopping_word == word
+    assert "".join(e.text for e in tokens) + last.text == free[:free.index(word)]
+    assert last.end.n_generated == len(tokens) < 10
+
+
+def test_the_end_of_generation_token_is_an_event_of_no_text(tiny: Llama) -> None:
+    eos = tiny.token_eos()
+    tokens, last = _split(list(tiny.completion_events(PROMPT, max_tokens=8, temperature=0,
+                                                      logit_bias={eos: 100.0})))
+    assert [(e.token, e.text) for e in tokens] == [(eos, "")]
+    assert last.end is not None and last.end.stop_type == "eos" and last.end.n_generated == 1
+
+
+def test_the_end_of_the_context_is_told_apart_from_the_requests_limit(tiny: Llama) -> None:
+    prompt = tiny.tokenize(b"x " * 120)
+    _, last = _split(list(tiny.completion_events(prompt, max_tokens=None, temperature=0, ignore_eos=True)))
+    assert last.end is not None and last.end.stop_type == "limit" and last.end.context_full
+    assert last.end.n_prompt + last.end.n_generated == tiny.n_ctx()
+
+
+def test_the_choices_of_one_prompt_share_its_evaluation(tiny: Llama) -> None:
+    events = list(tiny.completion_events(PROMPT, max_tokens=4, temperature=0.9, seed=3, n=2))
+    ends = [_split(events, index)[1].end for index in (0, 1)]
+    assert all(end is not None for end in ends)
+    second = ends[1]
+    # the fork copied the evaluated prompt; only its last token is decoded again, for the fork's own logits
+    assert second is not None and second.n_cached == second.n_prompt - 1
+
+
+def test_the_keywords_that_shape_openai_objects_are_refused(tiny: Llama) -> None:
+    for name in ("stream", "echo", "model"):
+        with pytest.raises(TypeError, match=name):
+            tiny.completion_events(PROMPT, **{name: True})
+    with pytest.raises(TypeError):
+        tiny.completion_events(PROMPT, no_such_keyword=1)
