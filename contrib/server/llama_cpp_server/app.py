@@ -26,7 +26,8 @@ from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, request_tenant, require_api_key
 from .metrics import render_metrics
-from .native import NativeCompletionRequest, NativeShaper, native_arguments
+from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeShaper, embedding_inputs,
+                     generation_settings, native_arguments, native_embeddings, props)
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper
@@ -147,6 +148,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                               lambda llm, kwargs: llm.create_completion(**kwargs))
 
     @app.post("/v1/chat/completions", dependencies=keyed, responses=responses.CHAT)
+    @app.post("/chat/completions", dependencies=keyed, include_in_schema=False)  # llama-server serves both
     async def chat_completions(body: ChatRequest, request: Request) -> Any:
         return await generate(body, request, chat_arguments, chat_choice_streams, chat_choices)
 
@@ -171,6 +173,9 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             body.input, model=lease.served.name, encoding_format=body.encoding_format, truncate=False))
 
     @app.post("/v1/rerank", dependencies=keyed, responses=responses.RERANK)
+    @app.post("/v1/reranking", dependencies=keyed, include_in_schema=False)  # llama-server's other spellings
+    @app.post("/rerank", dependencies=keyed, include_in_schema=False)
+    @app.post("/reranking", dependencies=keyed, include_in_schema=False)
     async def rerank(body: RerankRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -189,14 +194,15 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                 "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
     @app.get("/v1/models", dependencies=keyed, responses=responses.MODELS)
+    @app.get("/models", dependencies=keyed, include_in_schema=False)
     async def models() -> Any:
         created = int(app.state.started)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
                                             "owned_by": "llama_cpp"} for name in pool.names]}
 
-    # -- llama-server's own routes ------------------------------------------------------------------
-    @app.post("/completion", dependencies=keyed)
-    @app.post("/completions", dependencies=keyed)
+    # -- llama-server's own routes (not in the OpenAPI schema yet: docs/server.md) -----------------
+    @app.post("/completion", dependencies=keyed, include_in_schema=False)
+    @app.post("/completions", dependencies=keyed, include_in_schema=False)
     async def native_completion(body: NativeCompletionRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -209,6 +215,34 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         if body.stream:
             return await stream(lease, lambda: llm.completion_events(**arguments), shaper.stream_events, done=None)
         return await answer(request, lease, lambda: shaper.whole(llm.completion_events(**arguments)))
+
+    @app.post("/embedding", dependencies=keyed, include_in_schema=False)
+    @app.post("/embeddings", dependencies=keyed, include_in_schema=False)
+    async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
+        inputs = embedding_inputs(body)
+        lease = await pool.admit(body.model)
+        llm = lease.llama
+        if not lease.served.settings.embeddings:
+            lease.release()
+            raise errors.APIError(501, f"model {lease.served.name!r} does not serve embeddings (load it with "
+                                  "embeddings: true; llama-server's --embeddings)", param="model")
+        vectors = await answer(request, lease, lambda: llm.embed(inputs, normalize=body.embd_normalize,
+                                                                 truncate=False))
+        return vectors if isinstance(vectors, Response) else native_embeddings(vectors)
+
+    @app.get("/props", dependencies=keyed, include_in_schema=False)
+    async def get_props(model: str | None = None) -> Any:
+        lease = await pool.admit(model)
+        try:
+            llm, served = lease.llama, lease.served
+            handler = llm.chat_handler
+            modalities = {"vision": bool(handler is not None and getattr(handler, "is_support_vision", bool)()),
+                          "video": False,
+                          "audio": bool(handler is not None and getattr(handler, "is_support_audio", bool)())}
+            return props(llm, served.name, served.settings.model or "", llm.scheduler.ctx.n_seq_max, modalities,
+                         generation_settings(NativeCompletionRequest(prompt="")))
+        finally:
+            lease.release()
 
     # -- llama-server's and the reference's extras --------------------------------------------------
     async def _tokenize(body: TokenizeRequest) -> tuple[list[int], Any]:
@@ -248,6 +282,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         return {"content": text, "text": text}
 
     @app.get("/health", responses=responses.HEALTH)
+    @app.get("/v1/health", include_in_schema=False)
     async def health() -> Any:
         if pool.ready:
             return {"status": "ok"}

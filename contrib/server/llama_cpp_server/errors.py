@@ -22,8 +22,8 @@ log = logging.getLogger("llama_cpp_server")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error",
-          504: "timeout_error"}
+          422: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 501: "not_supported_error",
+          503: "server_error", 504: "timeout_error"}
 
 
 class APIError(Exception):

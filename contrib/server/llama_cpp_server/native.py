@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Union
 
+import llama_cpp_native
 from llama_cpp.completion_events import CompletionEnd, CompletionEvent
 from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import BaseModel, ConfigDict, Field
@@ -194,11 +195,18 @@ def _logit_bias(value: list[list[Any]] | dict[str, Any] | None, llm: Any) -> dic
     return bias
 
 
+def _n_predict(body: NativeCompletionRequest) -> int:
+    """``n_predict``, or its alias ``max_tokens`` when only that was given; -1 for no limit but the context, and
+    0 samples one token in llama-server (its limit is checked after a token exists)."""
+    n_predict = body.max_tokens if body.max_tokens is not None and "n_predict" not in body.model_fields_set \
+        else body.n_predict
+    return -1 if n_predict < 0 else max(1, n_predict)
+
+
 def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> dict[str, Any]:
     """:meth:`Llama.completion_events`'s keywords for a ``/completion`` body."""
     _refuse_unimplemented(body)
-    n_predict = body.max_tokens if body.max_tokens is not None and "n_predict" not in body.model_fields_set \
-        else body.n_predict
+    n_predict = _n_predict(body)
     grammar = None
     try:
         if body.grammar:
@@ -208,12 +216,10 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> di
     except ValueError as exc:
         field = "grammar" if body.grammar else "json_schema"
         raise APIError(400, f"{field}: {exc}", param=field) from None
-    stop = [body.stop] if isinstance(body.stop, str) else body.stop
+    stop = _stops(body)
     return dict(
         prompt=_prompts(body, llm), stop=stop, n=body.n if body.n is not None else body.n_cmpl,
-        # n_predict 0 samples one token in llama-server (its limit is checked after a token exists)
-        max_tokens=None if n_predict < 0 else max(1, n_predict),
-        logprobs=body.n_probs or None, seed=None if body.seed in (-1, RANDOM_SEED) else body.seed,
+        max_tokens=None if n_predict < 0 else n_predict, logprobs=body.n_probs or None, seed=_seed(body),
         temperature=body.temperature, dynatemp_range=body.dynatemp_range, dynatemp_exponent=body.dynatemp_exponent,
         top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, top_n_sigma=body.top_n_sigma,
         typical_p=body.typical_p, xtc_probability=body.xtc_probability, xtc_threshold=body.xtc_threshold,
@@ -227,13 +233,22 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> di
         grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant)
 
 
-def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The request's settings under llama-server's names, in its order (``generation_settings``)."""
-    samplers = arguments["samplers"] if arguments["samplers"] is not None else DEFAULT_SAMPLERS
-    n_predict = -1 if arguments["max_tokens"] is None else arguments["max_tokens"]
-    bias = arguments["logit_bias"] or {}
+def _stops(body: NativeCompletionRequest) -> list[str]:
+    return [body.stop] if isinstance(body.stop, str) else body.stop or []
+
+
+def _seed(body: NativeCompletionRequest) -> int | None:
+    return None if body.seed in (-1, RANDOM_SEED) else body.seed
+
+
+def generation_settings(body: NativeCompletionRequest, bias: dict[int, float] | None = None) -> dict[str, Any]:
+    """The request's settings under llama-server's names, in its order (``generation_settings``); ``bias`` the
+    logit biases its ``logit_bias`` gave."""
+    samplers = _samplers(body.samplers) or DEFAULT_SAMPLERS
+    n_predict, seed = _n_predict(body), _seed(body)
+    stop = _stops(body)
     return {
-        "seed": RANDOM_SEED if arguments["seed"] is None else arguments["seed"], "temperature": body.temperature,
+        "seed": RANDOM_SEED if seed is None else seed, "temperature": body.temperature,
         "dynatemp_range": body.dynatemp_range, "dynatemp_exponent": body.dynatemp_exponent, "top_k": body.top_k,
         "top_p": body.top_p, "min_p": body.min_p, "top_n_sigma": body.top_n_sigma,
         "xtc_probability": body.xtc_probability, "xtc_threshold": body.xtc_threshold, "typical_p": body.typical_p,
@@ -244,9 +259,9 @@ def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any]
         "dry_sequence_breakers": list(body.dry_sequence_breakers), "mirostat": body.mirostat,
         "mirostat_tau": body.mirostat_tau, "mirostat_eta": body.mirostat_eta,
         "adaptive_target": body.adaptive_target, "adaptive_decay": body.adaptive_decay,
-        "stop": list(arguments["stop"] or []), "max_tokens": n_predict, "n_predict": n_predict, "n_keep": body.n_keep,
+        "stop": stop, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": body.n_keep,
         "n_discard": body.n_discard, "ignore_eos": body.ignore_eos, "stream": body.stream,
-        "logit_bias": [{"bias": None if v == float("-inf") else v, "token": t} for t, v in bias.items()],
+        "logit_bias": [{"bias": None if v == float("-inf") else v, "token": t} for t, v in (bias or {}).items()],
         "n_probs": body.n_probs, "min_keep": body.min_keep, "grammar": body.grammar or "",
         "grammar_lazy": body.grammar_lazy, "grammar_triggers": [], "preserved_tokens": [],
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
@@ -290,7 +305,7 @@ class NativeShaper:
         self.llm = llm
         self.body = body
         self.model = model
-        self.settings = generation_settings(body, arguments)
+        self.settings = generation_settings(body, arguments["logit_bias"])
         self.texts: dict[int, list[str]] = {}
         self.tokens: dict[int, list[int]] = {}
         self.probs: dict[int, list[dict[str, Any]]] = {}
@@ -360,3 +375,66 @@ class NativeShaper:
         results.sort(key=lambda r: r.get("index", 0))
         return results[0] if len(results) == 1 else results
 
+
+
+class NativeEmbeddingRequest(BaseModel):
+    """The body of llama-server's ``/embedding`` and ``/embeddings``: ``input`` (or ``content``) and
+    ``embd_normalize`` (-1 none, 0 max-absolute to int16, 1 taxicab, 2 euclidean, the default, >2 p-norm)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
+
+    input: Union[str, list[int], list[Union[str, list[int]]], None] = None
+    content: Union[str, list[int], list[Union[str, list[int]]], None] = None
+    model: str | None = None
+    embd_normalize: int = Field(2, ge=-1)
+
+
+def embedding_inputs(body: NativeEmbeddingRequest) -> list[str] | list[list[int]]:
+    """The inputs, one embedding each (a list of token ids is one input), as llama-server reads them; texts
+    and token lists are not mixed in one request here."""
+    value = body.input if body.input is not None else body.content
+    if value is None:
+        raise APIError(400, '"input" or "content" must be provided', param="input")
+    empty = APIError(400, "input: every input needs some text or tokens to embed (an empty one has none)",
+                     param="input")
+    if not value:
+        raise empty
+    if isinstance(value, str):
+        return [value]
+    if all(isinstance(item, int) for item in value):
+        return [[item for item in value if isinstance(item, int)]]
+    texts = [item for item in value if isinstance(item, str)]
+    token_lists = [item for item in value if isinstance(item, list)]
+    if any(len(item) == 0 for item in [*texts, *token_lists]):
+        raise empty
+    if len(texts) == len(value):
+        return texts
+    if len(token_lists) == len(value):
+        return token_lists
+    raise APIError(400, "input: a list of inputs holds texts or lists of token ids, not both", param="input")
+
+
+def native_embeddings(vectors: list[Any]) -> list[dict[str, Any]]:
+    """llama-server's answer: per input its index and a matrix (one row when pooled, one per token when not)."""
+    return [{"index": i, "embedding": value if value and isinstance(value[0], list) else [value]}
+            for i, value in enumerate(vectors)]
+
+
+def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str, bool],
+          settings: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's ``GET /props``: a request's default settings (its ``params``, which lack the per-request
+    lists), the per-sequence context, the sequences, the model and its chat template."""
+    params = {key: value for key, value in settings.items()
+              if key not in ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy",
+                             "grammar_triggers", "preserved_tokens")}
+
+    def piece(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    return {"default_generation_settings": {"n_ctx": llm.scheduler.ctx.n_ctx_seq, "params": params},
+            "total_slots": n_seq, "model_alias": name, "model_path": model_path, "modalities": modalities,
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": True,
+            "chat_template": llm.metadata.get("tokenizer.chat_template", ""),
+            "bos_token": piece(llm.token_bos()), "eos_token": piece(llm.token_eos()),
+            "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
+            "is_sleeping": False}

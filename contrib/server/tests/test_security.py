@@ -86,7 +86,6 @@ def test_a_prompt_longer_than_the_context_is_a_400(serve: Callable[..., Any]) ->
     ({**CHAT, "logit_bias": {"abc": 1.0}}, 400, "logit_bias"),
     ({**CHAT, "logit_bias": {"99999999": 1.0}}, 400, "logit_bias"),
     ({**CHAT, "top_logprobs": 50}, 422, "top_logprobs"),
-    ({**CHAT, "model": "gpt-4"}, 404, "model"),
     ({**CHAT, "tool_choice": "sometimes"}, 400, None),
     ({**CHAT, "response_format": {"type": "xml"}}, 400, None),
     ({**CHAT, "mirostat_mode": 7}, 422, "mirostat_mode"),

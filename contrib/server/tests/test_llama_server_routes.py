@@ -1,0 +1,78 @@
+"""The rest of llama-server's routes, against llama-server itself: its unprefixed aliases of the OpenAI routes,
+its native ``/embedding(s)``, ``/props`` and ``/v1/health``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from llama_cpp_server import Settings
+from serving import llama_server, running, tiny_settings
+from test_native_completion import shape
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def both(chat_model_path: Path) -> Iterator[tuple[str, str]]:
+    with running(tiny_settings(chat_model_path, n_seq_max=1)) as ours, \
+            llama_server(chat_model_path, "-c", "2048", "-np", "1", "--alias", "tiny") as theirs:
+        yield ours, theirs
+
+
+def test_the_unprefixed_aliases_answer_as_the_v1_routes(both: tuple[str, str]) -> None:
+    ours = both[0]
+    v1 = httpx.post(f"{ours}/v1/chat/completions", json=CHAT, timeout=60).json()
+    bare = httpx.post(f"{ours}/chat/completions", json=CHAT, timeout=60).json()
+    assert bare["choices"][0]["message"] == v1["choices"][0]["message"]
+    assert httpx.get(f"{ours}/models", timeout=10).json()["data"] == httpx.get(f"{ours}/v1/models",
+                                                                                timeout=10).json()["data"]
+    for base in both:
+        assert httpx.get(f"{base}/v1/health", timeout=10).json() == {"status": "ok"}
+
+
+def test_props_has_llama_servers_settings_context_and_template(both: tuple[str, str]) -> None:
+    ours, theirs = (httpx.get(f"{base}/props", timeout=10).json() for base in both)
+    for key in ("total_slots", "model_alias", "chat_template", "bos_token", "eos_token", "modalities"):
+        assert ours[key] == theirs[key], key
+    mine, its = ours["default_generation_settings"], theirs["default_generation_settings"]
+    assert mine["n_ctx"] == its["n_ctx"]
+    assert shape(mine["params"]) == shape(its["params"])
+    for key in ("temperature", "top_k", "n_predict", "samplers", "repeat_last_n", "seed"):
+        assert mine["params"][key] == pytest.approx(its["params"][key]), key
+    assert set(ours) <= set(theirs)  # llama-server's keys; the web UI's and the file type's left out
+
+
+@pytest.fixture(scope="module")
+def embedders(minilm_model_path: Path) -> Iterator[tuple[str, str]]:
+    settings = Settings(model=str(minilm_model_path), model_alias="minilm", embeddings=True, n_ctx=512,
+                        n_threads=1, n_threads_batch=1)
+    with running(settings) as ours, llama_server(minilm_model_path, "--embeddings", "-c", "512") as theirs:
+        yield ours, theirs
+
+
+@pytest.mark.parametrize("field", ["input", "content"])
+def test_native_embeddings_equal_llama_servers(embedders: tuple[str, str], field: str) -> None:
+    body = {field: ["the cat sat", "a dog ran far"]}
+    for path in ("/embedding", "/embeddings"):
+        ours, theirs = (httpx.post(base + path, json=body, timeout=60).json() for base in embedders)
+        assert shape(ours) == shape(theirs) and [r["index"] for r in ours] == [0, 1]
+        for mine, its in zip(ours, theirs, strict=True):
+            assert len(mine["embedding"]) == len(its["embedding"]) == 1
+            assert mine["embedding"][0] == pytest.approx(its["embedding"][0], abs=1e-4)
+
+
+def test_native_embeddings_normalise_as_asked_and_refuse_empty_inputs(embedders: tuple[str, str]) -> None:
+    body = {"input": "the cat sat", "embd_normalize": -1}
+    ours, theirs = (httpx.post(base + "/embedding", json=body, timeout=60).json() for base in embedders)
+    assert ours[0]["embedding"][0] == pytest.approx(theirs[0]["embedding"][0], abs=1e-4)
+    for bad in ({"input": ""}, {"input": ["a", ""]}, {}, {"input": ["a", [1, 2]]}):
+        reply = httpx.post(embedders[0] + "/embedding", json=bad, timeout=30)
+        assert reply.status_code == 400 and "input" in reply.text, (bad, reply.text)
+
+
+def test_native_embeddings_need_an_embedding_model(both: tuple[str, str]) -> None:
+    reply = httpx.post(both[0] + "/embedding", json={"input": "x"}, timeout=30)
+    assert reply.status_code == 501 and "embeddings" in reply.json()["error"]["message"]
