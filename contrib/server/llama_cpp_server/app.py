@@ -27,15 +27,16 @@ from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, request_tenant, require_api_key
 from .metrics import render_metrics
 from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeShaper, embedding_inputs,
-                     generation_settings, native_arguments, native_embeddings, props)
+                     generation_settings, native_arguments, native_embeddings, native_with_server_defaults, props)
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
-from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper
+from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper, with_server_defaults
 from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
                       TokenizeRequest, body_fields)
 from .settings import ModelSettings, ServerSettings, Settings, load_settings
 
 STATIC = Path(__file__).parent / "static"
+LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 __all__ = ["create_app"]
 
@@ -79,7 +80,10 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     errors.install(app, body_fields())
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes)
     if server.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins,
+        # llama-server's shorthand "localhost": a page served from this machine, on any port
+        local = LOCAL_ORIGINS if "localhost" in server.cors_origins else None
+        app.add_middleware(CORSMiddleware, allow_origins=[o for o in server.cors_origins if o != "localhost"],
+                           allow_origin_regex=local,
                            allow_credentials=server.cors_allow_credentials, allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "X-Api-Key", "Content-Type"])
     app.add_middleware(errors.CatchAll)  # outermost: whatever fails below it still answers
@@ -127,6 +131,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         then streamed or answered whole."""
         if body.n > server.max_n:
             raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
+        body = with_server_defaults(body, server)
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
@@ -204,6 +209,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.post("/completion", dependencies=keyed, include_in_schema=False)
     @app.post("/completions", dependencies=keyed, include_in_schema=False)
     async def native_completion(body: NativeCompletionRequest, request: Request) -> Any:
+        body = native_with_server_defaults(body, server)
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
@@ -240,7 +246,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                           "video": False,
                           "audio": bool(handler is not None and getattr(handler, "is_support_audio", bool)())}
             return props(llm, served.name, served.settings.model or "", llm.scheduler.ctx.n_seq_max, modalities,
-                         generation_settings(NativeCompletionRequest(prompt="")))
+                         generation_settings(native_with_server_defaults(NativeCompletionRequest(prompt=""),
+                                                                         server)))
         finally:
             lease.release()
 

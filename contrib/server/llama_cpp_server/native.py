@@ -20,6 +20,7 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import APIError
+from .settings import ServerSettings
 
 # one prompt: text, token ids, or text and token ids mixed; several prompts: a list of those
 NativePrompt = Union[str, list[Union[int, str]], list[Union[str, list[Union[int, str]]]]]
@@ -101,6 +102,16 @@ class NativeCompletionRequest(BaseModel):
 
 _NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_indent": 0, "n_cache_reuse": 0, "t_max_predict_ms": -1,
             "return_progress": False, "post_sampling_probs": False, "timings_per_token": False}
+
+
+def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
+    """``body`` with the server's request defaults (llama-server's ``--temp``, ``--top-k``, ``--top-p``,
+    ``--min-p``, ``-n``) in the fields it did not set (``max_tokens`` counts as setting ``n_predict``)."""
+    given = body.model_fields_set | ({"n_predict"} if "max_tokens" in body.model_fields_set else set())
+    wanted = {"temperature": server.default_temperature, "top_k": server.default_top_k,
+              "top_p": server.default_top_p, "min_p": server.default_min_p, "n_predict": server.default_max_tokens}
+    unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
+    return body.model_copy(update=unset) if unset else body
 
 
 def _refuse_unimplemented(body: NativeCompletionRequest) -> None:

@@ -14,8 +14,22 @@ from llama_cpp.llama_grammar import LlamaGrammar
 
 from .errors import APIError
 from .schemas import ChatRequest, CompletionRequest, SamplerFields
+from .settings import ServerSettings
 
 _SAMPLER_FIELDS = tuple(SamplerFields.model_fields)
+
+
+def with_server_defaults(body: CompletionRequest | ChatRequest,
+                         server: ServerSettings) -> CompletionRequest | ChatRequest:
+    """``body`` with the server's request defaults (``default_temperature``... llama-server's ``--temp``...) in
+    the fields it did not set; a chat request's ``max_completion_tokens`` counts as setting ``max_tokens``."""
+    given = body.model_fields_set | ({"max_tokens"} if "max_completion_tokens" in body.model_fields_set else set())
+    limit = server.default_max_tokens
+    wanted = {"temperature": server.default_temperature, "top_k": server.default_top_k,
+              "top_p": server.default_top_p, "min_p": server.default_min_p,
+              "max_tokens": None if limit is None or limit < 0 else limit}  # -1: no limit, as when unset
+    unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
+    return body.model_copy(update=unset) if unset else body
 
 
 def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from llama_cpp.llama_cpp import llama_flash_attn_type
 
+from .llama_server_flags import translate
+
 __all__ = ["ConfigFileSettings", "ModelSettings", "ServerSettings", "Settings", "load_settings",
            "read_config_file"]
 
@@ -297,6 +299,14 @@ class ServerSettings(BaseModel):
     chat_page: bool = Field(True, description="serve the chat page at /")
     disable_ping_events: bool = Field(False, description="no ': ping' comment every 15 s in event streams "
                                                          "(some clients cannot read comments)")
+    # request defaults for what a request leaves out (llama-server's --temp, --top-k, --top-p, --min-p, -n);
+    # None: the library's own default
+    default_temperature: float | None = Field(None, ge=0.0, description="the temperature of requests that set none")
+    default_top_k: int | None = Field(None, ge=0, description="the top_k of requests that set none")
+    default_top_p: float | None = Field(None, ge=0.0, le=1.0, description="the top_p of requests that set none")
+    default_min_p: float | None = Field(None, ge=0.0, le=1.0, description="the min_p of requests that set none")
+    default_max_tokens: int | None = Field(None, ge=-1, description="the token limit of requests that set none "
+                                                                     "(-1: up to the end of the context)")
     interrupt_requests: bool = Field(True, description="the reference's switch to cut a running stream short "
                                                        "when another request comes; accepted, no effect: "
                                                        "requests run side by side, none waits for another")
@@ -399,7 +409,7 @@ def _repeat_list_flags(args: list[str]) -> list[str]:
 def load_settings(argv: Sequence[str] | None = None) -> Settings:
     """Settings from flags (``argv``, default ``sys.argv[1:]``), the environment and the config file named by
     ``--config_file`` or ``CONFIG_FILE``; flags win over the environment, which wins over the file."""
-    args = _repeat_list_flags(list(sys.argv[1:] if argv is None else argv))
+    args = _repeat_list_flags(translate(list(sys.argv[1:] if argv is None else argv)))
     peek = argparse.ArgumentParser(add_help=False)
     peek.add_argument("--config_file", "--config-file")
     path = peek.parse_known_args(args)[0].config_file or os.environ.get("CONFIG_FILE")
