@@ -24,10 +24,11 @@ from llama_cpp.engine import RequestScope
 
 from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
-from .guards import BodyLimit, request_tenant, require_api_key
+from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .metrics import render_metrics
 from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeShaper, embedding_inputs,
-                     generation_settings, native_arguments, native_embeddings, native_with_server_defaults, props)
+                     generation_settings, native_arguments, native_embeddings, native_with_server_defaults,
+                     pieces_text, props, token_piece)
 from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper, with_server_defaults
@@ -77,7 +78,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     responses.install(app)
     app.state.pool = pool
     app.state.settings = server
-    errors.install(app, body_fields())
+    which_key = key_index(server.api_keys)
+    errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None)
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes)
     if server.cors_origins:
         # llama-server's shorthand "localhost": a page served from this machine, on any port
@@ -252,30 +254,40 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             lease.release()
 
     # -- llama-server's and the reference's extras --------------------------------------------------
-    async def _tokenize(body: TokenizeRequest) -> tuple[list[int], Any]:
-        text = body.content if body.content is not None else body.input
-        if text is None:
+    async def _tokenize(body: TokenizeRequest, add_special: bool) -> tuple[list[int], Any]:
+        """llama-server's rule: text pieces tokenized, token ids kept, only a leading text gets BOS."""
+        content = body.content if body.content is not None else body.input
+        if content is None:
             raise errors.APIError(422, "content: required (the text to tokenize)", param="content")
+        add = add_special if body.add_special is None else body.add_special
         lease = await pool.admit(body.model)
         try:
             llm = lease.llama
-            tokens = llm.tokenize(text.encode("utf-8"), add_bos=body.add_special, special=True)
+            tokens: list[int] = []
+            for i, piece in enumerate([content] if isinstance(content, str) else content):
+                if isinstance(piece, int):
+                    tokens.append(piece)
+                else:
+                    tokens += llm.tokenize(piece.encode("utf-8"), add_bos=add and i == 0, special=body.parse_special)
             return tokens, llm
         finally:
             lease.release()
 
     @app.post("/tokenize", dependencies=keyed, responses=responses.TOKENIZE)
-    @app.post("/extras/tokenize", dependencies=keyed, responses=responses.TOKENIZE)
     async def tokenize(body: TokenizeRequest) -> Any:
-        tokens, llm = await _tokenize(body)
+        tokens, llm = await _tokenize(body, add_special=False)
         if body.with_pieces:
-            return {"tokens": [{"id": t, "piece": llm.detokenize([t], special=True).decode("utf-8", "replace")}
-                               for t in tokens]}
+            return {"tokens": [{"id": t, "piece": token_piece(llm, t)} for t in tokens]}
+        return {"tokens": tokens}
+
+    @app.post("/extras/tokenize", dependencies=keyed, responses=responses.TOKENIZE)
+    async def extras_tokenize(body: TokenizeRequest) -> Any:
+        tokens, _ = await _tokenize(body, add_special=True)
         return {"tokens": tokens}
 
     @app.post("/extras/tokenize/count", dependencies=keyed, responses=responses.TOKENIZE_COUNT)
     async def tokenize_count(body: TokenizeRequest) -> Any:
-        tokens, _ = await _tokenize(body)
+        tokens, _ = await _tokenize(body, add_special=True)
         return {"count": len(tokens)}
 
     @app.post("/detokenize", dependencies=keyed, responses=responses.DETOKENIZE)
@@ -283,7 +295,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def detokenize(body: DetokenizeRequest) -> Any:
         lease = await pool.admit(body.model)
         try:
-            text = lease.llama.detokenize(body.tokens, special=True).decode("utf-8", "replace")
+            text = pieces_text(lease.llama, body.tokens)
         finally:
             lease.release()
         return {"content": text, "text": text}

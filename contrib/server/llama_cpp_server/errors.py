@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from llama_cpp.engine.normalize import PromptTooLongError
 
 log = logging.getLogger("llama_cpp_server")
 
@@ -42,6 +44,14 @@ class APIError(Exception):
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "param": param,
                       "code": code}}
+
+
+def prompt_too_long_body(exc: PromptTooLongError) -> dict[str, Any]:
+    """A prompt the context cannot hold: llama-server's error type and its two counts, which its clients read
+    to shorten the prompt."""
+    body = error_body(400, str(exc), "prompt", "context_length_exceeded")
+    body["error"].update(type="exceed_context_size_error", n_prompt_tokens=exc.n_prompt_tokens, n_ctx=exc.n_ctx)
+    return body
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
@@ -99,9 +109,10 @@ class CatchAll:
                                      "details")(scope, receive, send)
 
 
-def install(app: FastAPI, fields: Iterable[str] = ()) -> None:
+def install(app: FastAPI, fields: Iterable[str] = (), keyed: Callable[[Request], bool] | None = None) -> None:
     """Register the handlers on ``app``; ``fields``: the request bodies' field names, which a library
-    error's ``param`` may name."""
+    error's ``param`` may name; ``keyed``: whether a request carries a valid API key, when keys are required
+    (a request without one learns nothing of the routes: 401 before 404, as llama-server answers)."""
     known = frozenset(fields)
 
     @app.exception_handler(APIError)
@@ -132,10 +143,15 @@ def install(app: FastAPI, fields: Iterable[str] = ()) -> None:
             return error_response(400, f"the request body is not valid UTF-8 (JSON must be UTF-8 encoded): "
                                   f"{exc.__cause__.reason} at byte {exc.__cause__.start}", None, "invalid_json")
         if exc.status_code == 404 and message == "Not Found":
+            if keyed is not None and not keyed(request):
+                return error_response(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                                      "'X-Api-Key'", None, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
             message = f"no route {request.method} {request.url.path}"
         return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
         message = str(exc)
+        if isinstance(exc, PromptTooLongError):
+            return JSONResponse(prompt_too_long_body(exc), status_code=400)
         return error_response(400, message, _param_of(message, known))

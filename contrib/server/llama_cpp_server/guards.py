@@ -40,24 +40,39 @@ def require_api_key(keys: list[str]) -> Callable[..., Any]:
     a request let through with a key carries its tenant (:func:`key_tenant`) in ``request.state``.
     With keys, it declares the two ways as security schemes, for the OpenAPI schema (they read the headers
     and refuse nothing: the check below decides)."""
-    encoded = [k.encode("utf-8") for k in keys]
-    if not encoded:
+    if not keys:
         async def open_route() -> None:
             return
 
         return open_route
+    which = key_index(keys)
 
     async def check(request: Request, _bearer: Any = Security(_BEARER), _header: Any = Security(_X_API_KEY)) -> None:
+        index = which(request)
+        if index is None:
+            raise missing_key()
+        request.state.tenant = key_tenant(index)
+
+    return check
+
+
+def key_index(keys: list[str]) -> Callable[[Request], int | None]:
+    """Which of ``keys`` a request carries (its position), or None."""
+    encoded = [k.encode("utf-8") for k in keys]
+
+    def which(request: Request) -> int | None:
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
         candidate = given.encode("utf-8")
         matches = [hmac.compare_digest(candidate, key) for key in encoded]  # each compared: no early exit
-        if not given or not any(matches):
-            raise APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key'",
-                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        request.state.tenant = key_tenant(matches.index(True))
+        return matches.index(True) if given and any(matches) else None
 
-    return check
+    return which
+
+
+def missing_key() -> APIError:
+    return APIError(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or 'X-Api-Key'",
+                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 class BodyLimit:

@@ -12,7 +12,7 @@ with a 400 naming them when a request sets them to anything but their neutral va
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Sequence, Union
 
 import llama_cpp_native
 from llama_cpp.completion_events import CompletionEnd, CompletionEvent
@@ -309,6 +309,21 @@ def _filtered(result: dict[str, Any], fields: list[str]) -> dict[str, Any]:
     return out
 
 
+def pieces_text(llm: Any, tokens: Sequence[int]) -> str:
+    """Tokens as llama-server writes them: their pieces (special ones spelled) joined, so a SentencePiece
+    space after BOS stays."""
+    return b"".join(llm.detokenize([t], special=True) for t in tokens).decode("utf-8", "replace")
+
+
+def token_piece(llm: Any, token: int) -> str | list[int]:
+    """A token's piece for ``/tokenize``'s ``with_pieces``: its text, or its bytes when they are not UTF-8 alone."""
+    raw = llm.detokenize([token], special=True)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
+
+
 class NativeShaper:
     """The events of one ``/completion`` request in llama-server's shapes (stream events, or whole results)."""
 
@@ -353,9 +368,7 @@ class NativeShaper:
         index = event.index
         self.texts.setdefault(index, []).append(event.text)
         content = "".join(self.texts[index])
-        # piece by piece, as llama-server writes it (a SentencePiece space after BOS stays)
-        prompt = b"".join(self.llm.detokenize([t], special=True) for t in end.prompt_tokens).decode("utf-8",
-                                                                                                  "replace")
+        prompt = pieces_text(self.llm, end.prompt_tokens)
         out: dict[str, Any] = {
             "index": index, "content": "" if streamed else content,
             "tokens": [] if streamed or not self.body.return_tokens else self.tokens.get(index, []),

@@ -254,7 +254,8 @@ class ModelList(_Out):
 
 class TokenPiece(_Out):
     id: int
-    piece: str
+    piece: Union[str, list[int]] = Field(description="the token's text, or its bytes when they are not UTF-8 "
+                                                     "on their own (llama-server's shape)")
 
 
 class Tokens(_Out):

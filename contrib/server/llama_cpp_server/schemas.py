@@ -130,12 +130,15 @@ class RerankRequest(_Body):
 
 
 class TokenizeRequest(_Body):
-    """``/tokenize`` (llama-server's ``content``) and ``/extras/tokenize`` (the reference's ``input``)."""
+    """``/tokenize`` (llama-server's ``content``: a text, or texts and token ids mixed) and ``/extras/tokenize``
+    (the reference's ``input``)."""
 
-    content: str | None = None
+    content: Union[str, list[Union[int, str]], None] = None
     input: str | None = None
     model: str | None = None
-    add_special: bool = True
+    add_special: bool | None = Field(None, description="BOS and the like in front (default: no on /tokenize, as "
+                                                       "llama-server; yes on /extras/tokenize, as the reference)")
+    parse_special: bool = Field(True, description="special tokens spelled in the text are tokens")
     with_pieces: bool = False
 
 

@@ -76,3 +76,39 @@ def test_native_embeddings_normalise_as_asked_and_refuse_empty_inputs(embedders:
 def test_native_embeddings_need_an_embedding_model(both: tuple[str, str]) -> None:
     reply = httpx.post(both[0] + "/embedding", json={"input": "x"}, timeout=30)
     assert reply.status_code == 501 and "embeddings" in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {"content": "The quick brown fox, 12 times!"},
+    {"content": "<s>hi there", "add_special": True, "with_pieces": True},
+    {"content": "<s>hi there", "parse_special": False, "with_pieces": True},
+    {"content": ["Once", 2501, " a time"], "add_special": True},
+    {"content": "naïve café ünïcode", "with_pieces": True}], ids=["text", "pieces", "unparsed", "mixed", "bytes"])
+def test_tokenize_equals_llama_servers(both: tuple[str, str], body: dict[str, object]) -> None:
+    ours, theirs = (httpx.post(base + "/tokenize", json=body, timeout=30).json() for base in both)
+    assert ours == theirs
+
+
+def test_detokenize_equals_llama_servers(both: tuple[str, str]) -> None:
+    tokens = httpx.post(both[1] + "/tokenize", json={"content": "Once upon a time", "add_special": True},
+                        timeout=30).json()["tokens"]
+    ours, theirs = (httpx.post(base + "/detokenize", json={"tokens": tokens}, timeout=30).json() for base in both)
+    assert ours["content"] == theirs["content"] == "<s> Once upon a time"
+
+
+def test_a_prompt_past_the_context_is_llama_servers_exceed_context_error(both: tuple[str, str]) -> None:
+    prompt = "hello " * 3000
+    for path, body in (("/completion", {"prompt": prompt, "n_predict": 4}),
+                       ("/v1/completions", {"prompt": prompt, "max_tokens": 4})):
+        replies = [httpx.post(base + path, json=body, timeout=60) for base in both]
+        assert [r.status_code for r in replies] == [400, 400], [r.text for r in replies]
+        ours, theirs = (r.json()["error"] for r in replies)
+        assert ours["type"] == theirs["type"] == "exceed_context_size_error"
+        assert (ours["n_prompt_tokens"], ours["n_ctx"]) == (theirs["n_prompt_tokens"], theirs["n_ctx"])
+
+
+def test_without_a_key_an_unknown_route_is_a_401(chat_model_path: Path) -> None:
+    with running(tiny_settings(chat_model_path, api_keys=["k"])) as base:
+        assert httpx.get(f"{base}/no/such/route", timeout=10).status_code == 401
+        assert httpx.get(f"{base}/no/such/route", headers={"Authorization": "Bearer k"}, timeout=10).status_code == 404
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 200

@@ -25,7 +25,7 @@ def test_load(serve: Callable[..., Any], capsys: pytest.CaptureFixture[str]) -> 
     template = jinja2.Template(CHAT_TEMPLATE)
     with serve(n_seq_max=CONCURRENCY) as base:
         prompt_tokens = [
-            len(httpx.post(f"{base}/tokenize", json={"content": template.render(
+            len(httpx.post(f"{base}/tokenize", json={"add_special": True, "content": template.render(
                 messages=body["messages"], add_generation_prompt=True)}, timeout=30).json()["tokens"])
             for body in bodies]
         report = run(base, bodies, CONCURRENCY)

@@ -212,8 +212,9 @@ def test_tokenize_detokenize_roundtrip(base: str) -> None:
     tokens = httpx.post(f"{base}/tokenize", json={"content": text, "add_special": False}, timeout=30).json()["tokens"]
     assert tokens and all(isinstance(t, int) for t in tokens)
     assert httpx.post(f"{base}/detokenize", json={"tokens": tokens}, timeout=30).json()["content"].strip() == text
-    with_bos = httpx.post(f"{base}/tokenize", json={"content": text}, timeout=30).json()["tokens"]
-    assert with_bos[1:] == tokens  # add_special (the default) puts the BOS token first
+    with_bos = httpx.post(f"{base}/tokenize", json={"content": text, "add_special": True}, timeout=30).json()["tokens"]
+    assert with_bos[1:] == tokens  # add_special puts the BOS token first
+    assert httpx.post(f"{base}/tokenize", json={"content": text}, timeout=30).json()["tokens"] == tokens  # llama-server's default
     pieces = httpx.post(f"{base}/tokenize", json={"content": text, "add_special": False, "with_pieces": True},
                         timeout=30).json()["tokens"]
     assert [p["id"] for p in pieces] == tokens

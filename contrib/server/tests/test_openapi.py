@@ -153,7 +153,8 @@ def test_openapi_json_needs_the_key_and_docs_is_an_offline_page(base: str) -> No
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'fetch("openapi.json"' in page.text
     assert "http://" not in page.text and "https://" not in page.text  # nothing from elsewhere: works offline
-    assert httpx.get(f"{base}/redoc", timeout=10).status_code == 404
+    assert httpx.get(f"{base}/redoc", timeout=10).status_code == 401  # no such page: without a key, not even that
+    assert httpx.get(f"{base}/redoc", headers=AUTH, timeout=10).status_code == 404
 
 
 def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
@@ -215,7 +216,7 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert len(top["results"]) == 1 and "document" not in top["results"][0]
 
     call("GET", "/v1/models")
-    _, pieces = call("POST", "/tokenize", {"content": "hi there", "with_pieces": True})
+    _, pieces = call("POST", "/tokenize", {"content": "hi there", "with_pieces": True, "add_special": True})
     assert pieces["tokens"][0]["id"] == 1
     call("POST", "/extras/tokenize", {"input": "hi there", "add_special": False})
     call("POST", "/extras/tokenize/count", {"input": "hi there"})

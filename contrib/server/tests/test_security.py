@@ -70,9 +70,15 @@ def test_body_and_prompt_limits_say_the_limit(serve: Callable[..., Any]) -> None
 
 
 def test_a_prompt_longer_than_the_context_is_a_400(serve: Callable[..., Any]) -> None:
+    """OpenAI's error object with llama-server's type and its two counts, which its clients read."""
     with serve(n_ctx=256, n_seq_max=1) as base:
         long = {**CHAT, "messages": [{"role": "user", "content": "word " * 400}]}
-        assert_error(httpx.post(f"{base}/v1/chat/completions", json=long), 400, says="context window")
+        reply = httpx.post(f"{base}/v1/chat/completions", json=long)
+        assert reply.status_code == 400
+        error = reply.json()["error"]
+        assert set(error) == {"message", "type", "param", "code", "n_prompt_tokens", "n_ctx"}
+        assert error["type"] == "exceed_context_size_error" and "context window" in error["message"]
+        assert error["n_ctx"] == 256 and error["n_prompt_tokens"] > 256
 
 
 @pytest.mark.parametrize(("body", "status", "param"), [

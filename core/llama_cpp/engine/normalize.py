@@ -150,12 +150,22 @@ def choice_seed(seed: int | None, index: int) -> int | None:
     return (seed + index) & 0xFFFFFFFF
 
 
+class PromptTooLongError(ValueError):
+    """A prompt that leaves its sequence's context no room to generate: its length and the context's, which a
+    server reports (llama-server's ``n_prompt_tokens`` and ``n_ctx``) so that a client can shorten it."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"the prompt has {n_prompt_tokens} tokens, more than fit in the context window of {n_ctx} "
+                         "tokens (n_ctx, per sequence)")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
 def new_token_limit(max_tokens: int | None, n_prompt: int, limit: int) -> int:
     """How many tokens a completion may generate: ``max_tokens``, or (None or <= 0) the rest of the
     context, never more than the context has room for after the prompt."""
     if n_prompt >= limit:
-        raise ValueError(f"the prompt has {n_prompt} tokens, more than fit in the context window of {limit} "
-                         "tokens (n_ctx, per sequence)")
+        raise PromptTooLongError(n_prompt, limit)
     room = limit - n_prompt
     if max_tokens is None or max_tokens <= 0 or max_tokens > room:
         return room
