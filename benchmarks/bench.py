@@ -10,7 +10,8 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     with n_seq_max=8, aggregate generation rate vs llama-batched-bench -npl 8 -npp 64 -ntg 128
 (f) SmolLM2 served: the load test of llama_cpp_server.loadtest (64 streamed chat requests, 8 at a time,
     128 tokens each) against our server (n_seq_max=8) and llama-server (-np 8), each in its own process
-    with the same threads and context: aggregate generation rate (completion tokens over the run's time)
+    with the same threads and context: aggregate generation rate (completion tokens over the run's time);
+    (f2) the same load through llama-server's own /completion (the same prompts as plain text), on both
 (g) all-MiniLM-L6-v2, 512 short sentences embedded (LlamaEmbedding.embed, unit length) vs
     llama-embedding on the same file of sentences, same threads and batch (512): sentences per second
 (i) SmolLM2, greedy, 256 tokens of a prompt whose answer copies code it contains: every n-gram
@@ -23,7 +24,7 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     tokens at once, n_seq_max=4): aggregate generation rate under fair-share against fcfs on the same
     workload, both ours (fairness, preemption included, must not cost throughput; the bar is 0.95).
 
-Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise g, h, i, k).
+Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise f2, g, h, i, k).
 """
 
 from __future__ import annotations
@@ -310,36 +311,38 @@ def _server_commands(model: Path, port: int) -> dict[str, list[str]]:
     }
 
 
-def server_case(smol: Path) -> None:
-    """(f): see the module's docstring.  Each round starts each server afresh (alone on the machine while
-    it is measured), warms it with one request, then runs the load; the sides alternate.  Prints its own
-    table."""
-    from llama_cpp_server.loadtest import LoadReport, chat_bodies, run
+def server_case(smol: Path, route: str = "chat") -> None:
+    """(f) (``route`` "chat") and (f2) ("completion"): see the module's docstring.  Each round starts each
+    server afresh (alone on the machine while it is measured), warms it with one request, then runs the load;
+    the sides alternate.  Prints its own table."""
+    from llama_cpp_server.loadtest import LoadReport, chat_bodies, completion_bodies, run
 
+    case, bar = ("(f)", 0.85) if route == "chat" else ("(f2)", 0.95)
     rounds = max(3, ROUNDS // 2)
-    bodies = chat_bodies(SERVER_REQUESTS, max_tokens=SERVER_TOKENS, model="smollm2", ignore_eos=True)
+    bodies = (chat_bodies(SERVER_REQUESTS, max_tokens=SERVER_TOKENS, model="smollm2", ignore_eos=True)
+              if route == "chat" else completion_bodies(SERVER_REQUESTS, max_tokens=SERVER_TOKENS, ignore_eos=True))
     reports: dict[str, list[LoadReport]] = {"ours": [], "native": []}
     for round_ in range(rounds):
         for side in reports:
             port = _free_port()
             url = f"http://127.0.0.1:{port}"
             with _server(_server_commands(smol, port)[side], url):
-                warm = run(url, bodies[:1], 1)
+                warm = run(url, bodies[:1], 1, route=route)
                 if warm.errors:
                     sys.exit(f"{side} server: {warm.errors[0].error}")
-                report = run(url, bodies, SERVER_CONCURRENCY)
+                report = run(url, bodies, SERVER_CONCURRENCY, route=route)
             expected = SERVER_REQUESTS * SERVER_TOKENS
             if report.errors or report.completion_tokens != expected:
                 sys.exit(f"{side} server: {len(report.errors)} errors, {report.completion_tokens} completion tokens "
                          f"of {expected}: {report.errors[0].error if report.errors else ''}")
             reports[side].append(report)
-        print(f"(f) round {round_ + 1}: ours {reports['ours'][-1].tokens_per_second:.1f} tokens/s, llama-server "
+        print(f"{case} round {round_ + 1}: ours {reports['ours'][-1].tokens_per_second:.1f} tokens/s, llama-server "
               f"{reports['native'][-1].tokens_per_second:.1f}", flush=True)
     ours = [r.tokens_per_second for r in reports["ours"]]
     native = [r.tokens_per_second for r in reports["native"]]
     ratio = _paired_ratio(ours, native)
-    print(f"\n(f) SmolLM2 served, {SERVER_REQUESTS} streamed chats ({SERVER_TOKENS} tokens each) at concurrency "
-          f"{SERVER_CONCURRENCY}, {THREADS} threads, {rounds} interleaved rounds; medians")
+    print(f"\n{case} SmolLM2 served, {SERVER_REQUESTS} streamed {route} requests ({SERVER_TOKENS} tokens each) "
+          f"at concurrency {SERVER_CONCURRENCY}, {THREADS} threads, {rounds} interleaved rounds; medians")
     print(f"{'server':12} {'tokens/s':>9} {'req/s':>6} {'latency p50':>12} {'p99':>7} {'TTFT p50':>9} {'p99':>7}")
     for side, name in (("ours", "ours"), ("native", "llama-server")):
         runs = reports[side]
@@ -347,8 +350,8 @@ def server_case(smol: Path) -> None:
               f"{_median([r.requests_per_second for r in runs]):6.2f} {_median([r.latency(50) for r in runs]):12.3f} "
               f"{_median([r.latency(99) for r in runs]):7.3f} {_median([r.ttft(50) for r in runs]):9.3f} "
               f"{_median([r.ttft(99) for r in runs]):7.3f}")
-    print(f"{'(f) generation rate through the server vs llama-server':52} {_median(ours):9.1f} {_median(native):9.1f} "
-          f"{ratio:6.3f} {0.85:5.2f} {'ok' if ratio >= 0.85 else 'LOW'}")
+    print(f"{case + ' generation rate through the server vs llama-server':52} {_median(ours):9.1f} "
+          f"{_median(native):9.1f} {ratio:6.3f} {bar:5.2f} {'ok' if ratio >= bar else 'LOW'}")
 
 
 CACHE_PROMPT_TOKENS = 1500
@@ -557,7 +560,8 @@ def main() -> None:
         return
     tiny = _tiny_model()
     smol = smollm2_path(quiet=True)
-    alone = {"f": server_case, "i": speculative_case, "h": cache_case, "k": fair_share_case}  # nox -s bench -- <case>: that case alone
+    alone = {"f": server_case, "f2": lambda smol: server_case(smol, "completion"), "i": speculative_case,
+             "h": cache_case, "k": fair_share_case}  # nox -s bench -- <case>: that case alone
     if len(sys.argv) == 2 and sys.argv[1] in alone:
         alone[sys.argv[1]](smol)
         return
@@ -622,6 +626,7 @@ def main() -> None:
     print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
           f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
     server_case(smol)
+    server_case(smol, "completion")
     cache_case(smol)
     speculative_case(smol)
     fair_share_case(smol)

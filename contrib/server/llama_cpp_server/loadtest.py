@@ -1,5 +1,7 @@
 """A bounded load test of an OpenAI-compatible chat server: a fixed list of streamed chat requests, at most
-``concurrency`` in flight, over httpx on asyncio.  It stops by itself when the last request has ended.
+``concurrency`` in flight, over httpx on asyncio.  It stops by itself when the last request has ended.  The same
+load can go through llama-server's own ``/completion`` instead (``--route completion``: the same stories asked
+as plain prompts), which ours serves too.
 
 Per request it records the latency (sent to the stream's end), the time to the first token (the first chunk
 that carries text: a role-only chunk says nothing about the prompt being done), the text, the tokens the
@@ -41,6 +43,13 @@ def chat_bodies(count: int, *, max_tokens: int, model: str | None = None, **extr
             body["model"] = model
         bodies.append(body)
     return bodies
+
+
+def completion_bodies(count: int, *, max_tokens: int, **extra: Any) -> list[dict[str, Any]]:
+    """``count`` streamed greedy requests to llama-server's ``/completion``, the prompts of :func:`chat_bodies`
+    as plain text; ``extra`` adds fields (``ignore_eos``...)."""
+    return [{"prompt": f"Request {i}: write a short story about {TOPICS[i % len(TOPICS)]}.\n",
+             "n_predict": max_tokens, "temperature": 0.0, "stream": True, **extra} for i in range(count)]
 
 
 @dataclass
@@ -141,9 +150,48 @@ async def stream_chat(client: httpx.AsyncClient, index: int, body: dict[str, Any
     return result
 
 
+async def stream_completion(client: httpx.AsyncClient, index: int, body: dict[str, Any]) -> RequestResult:
+    """One streamed llama-server ``/completion`` request, read to its end: an event per token, then the final
+    one (``stop``) with the counts."""
+    result = RequestResult(index)
+    start = time.perf_counter()
+    pieces: list[str] = []
+    try:
+        async with client.stream("POST", "/completion", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                result.error = f"HTTP {response.status_code}: {response.text[:500]}"
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if "error" in event:
+                    result.error = f"error event: {event['error']}"
+                    continue
+                if event.get("stop"):
+                    result.prompt_tokens = event["tokens_evaluated"]
+                    result.completion_tokens = event["tokens_predicted"]
+                    continue
+                if event.get("content") and result.ttft is None:
+                    result.ttft = time.perf_counter() - start
+                pieces.append(event.get("content", ""))
+                result.streamed_tokens += 1
+    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.latency = time.perf_counter() - start
+        result.text = "".join(pieces)
+    return result
+
+
+ROUTES = {"chat": stream_chat, "completion": stream_completion}
+
+
 async def run_load(base_url: str, bodies: Sequence[dict[str, Any]], concurrency: int, *,
-                   api_key: str | None = None, timeout: float = 600.0) -> LoadReport:
-    """Send every body (streamed chat requests), at most ``concurrency`` at once.  Each request has a
+                   api_key: str | None = None, timeout: float = 600.0, route: str = "chat") -> LoadReport:
+    """Send every body (streamed requests to ``route``: :data:`ROUTES`), at most ``concurrency`` at once.  Each
+    request has a
     connection of its own: a kept-alive one that the server closes while a request is being sent on it (as
     llama-server does after 5 s idle) fails that request, and a POST is not retried; a new loopback
     connection costs well under a millisecond."""
@@ -151,9 +199,11 @@ async def run_load(base_url: str, bodies: Sequence[dict[str, Any]], concurrency:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     gate = asyncio.Semaphore(concurrency)
 
+    send = ROUTES[route]
+
     async def one(index: int, body: dict[str, Any]) -> RequestResult:
         async with gate:
-            return await stream_chat(client, index, body)
+            return await send(client, index, body)
 
     async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits,
                                  timeout=httpx.Timeout(timeout)) as client:
@@ -178,10 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens each")
+    parser.add_argument("--route", choices=sorted(ROUTES), default="chat",
+                        help="OpenAI's /v1/chat/completions, or llama-server's /completion")
     args = parser.parse_args(argv)
     extra = {"ignore_eos": True} if args.ignore_eos else {}
-    report = run(args.url, chat_bodies(args.requests, max_tokens=args.max_tokens, model=args.model, **extra),
-                 args.concurrency, api_key=args.api_key)
+    bodies = (chat_bodies(args.requests, max_tokens=args.max_tokens, model=args.model, **extra)
+              if args.route == "chat" else completion_bodies(args.requests, max_tokens=args.max_tokens, **extra))
+    report = run(args.url, bodies, args.concurrency, api_key=args.api_key, route=args.route)
     print(report.summary())
     for failed in report.errors[:5]:
         print(f"request {failed.index}: {failed.error}", file=sys.stderr)

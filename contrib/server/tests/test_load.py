@@ -15,7 +15,7 @@ import httpx
 import jinja2
 import pytest
 from serving import CHAT_TEMPLATE, metric
-from llama_cpp_server.loadtest import chat_bodies, run
+from llama_cpp_server.loadtest import chat_bodies, completion_bodies, run
 
 REQUESTS, CONCURRENCY, MAX_TOKENS = 64, 8, 32
 
@@ -41,3 +41,16 @@ def test_load(serve: Callable[..., Any], capsys: pytest.CaptureFixture[str]) -> 
         assert result.ttft is not None and 0 < result.ttft <= result.latency
     assert predicted == report.completion_tokens  # the server's count agrees with the responses'
     assert busy > 1
+
+
+def test_load_through_llama_servers_completion_route(serve: Callable[..., Any]) -> None:
+    """The same load through /completion (the benchmark's (f2)): every request ends with its counts, one
+    streamed event per generated token."""
+    bodies = completion_bodies(16, max_tokens=MAX_TOKENS, ignore_eos=True)
+    with serve(n_seq_max=CONCURRENCY) as base:
+        report = run(base, bodies, CONCURRENCY, route="completion")
+    assert not report.errors, [r.error for r in report.errors]
+    assert report.completion_tokens == 16 * MAX_TOKENS
+    for result in report.results:
+        assert result.streamed_tokens == result.completion_tokens == MAX_TOKENS and result.prompt_tokens
+        assert result.ttft is not None and 0 < result.ttft <= result.latency
