@@ -146,6 +146,16 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             return await stream(lease, lambda: streamed(llm, prepared), stream_shaper(body))
         return await answer(request, lease, lambda: whole(llm, prepared))
 
+    async def embedder(model: str | None, refusal: int) -> Lease:
+        """The model for an embeddings request, admitted; ``refusal`` (the route's status) when it was not
+        loaded to serve embeddings."""
+        lease = await pool.admit(model)
+        if not lease.served.settings.embeddings:
+            lease.release()
+            raise errors.APIError(refusal, f"model {lease.served.name!r} does not serve embeddings (load it with "
+                                  "embeddings: true; llama-server's --embeddings)", param="model")
+        return lease
+
     # -- OpenAI routes ----------------------------------------------------------------------------
     @app.post("/v1/completions", dependencies=keyed, responses=responses.COMPLETIONS)
     @app.post("/v1/engines/copilot-codex/completions", dependencies=keyed, include_in_schema=False)
@@ -161,12 +171,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
     @app.post("/v1/embeddings", dependencies=keyed, responses=responses.EMBEDDINGS)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
-        lease = await pool.admit(body.model)
+        lease = await embedder(body.model, 400)
         llm = lease.llama
-        if not lease.served.settings.embeddings:
-            lease.release()
-            raise errors.APIError(400, f"model {lease.served.name!r} does not serve embeddings (load it with "
-                                  "embeddings: true)", param="model")
         if body.dimensions is not None and body.dimensions != llm.n_embd():
             lease.release()
             raise errors.APIError(400, f"dimensions={body.dimensions}: this model's embeddings have "
@@ -228,12 +234,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.post("/embeddings", dependencies=keyed, include_in_schema=False)
     async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
         inputs = embedding_inputs(body)
-        lease = await pool.admit(body.model)
+        lease = await embedder(body.model, 501)  # llama-server's code for a feature it was not started with
         llm = lease.llama
-        if not lease.served.settings.embeddings:
-            lease.release()
-            raise errors.APIError(501, f"model {lease.served.name!r} does not serve embeddings (load it with "
-                                  "embeddings: true; llama-server's --embeddings)", param="model")
         vectors = await answer(request, lease, lambda: llm.embed(inputs, normalize=body.embd_normalize,
                                                                  truncate=False))
         return vectors if isinstance(vectors, Response) else native_embeddings(vectors)

@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import httpx
 
@@ -113,13 +113,15 @@ class LoadReport:
                 f"p99 {self.ttft(99):.3f} s")
 
 
-async def stream_chat(client: httpx.AsyncClient, index: int, body: dict[str, Any]) -> RequestResult:
-    """One streamed chat request, read to its end."""
+async def _read_stream(client: httpx.AsyncClient, path: str, index: int, body: dict[str, Any],
+                       take: Callable[[dict[str, Any], RequestResult], str]) -> RequestResult:
+    """One streamed request to ``path``, read to its end; ``take`` reads an event's text and counts into the
+    result (the shape is the route's)."""
     result = RequestResult(index)
     start = time.perf_counter()
     pieces: list[str] = []
     try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
                 await response.aread()
                 result.error = f"HTTP {response.status_code}: {response.text[:500]}"
@@ -131,58 +133,52 @@ async def stream_chat(client: httpx.AsyncClient, index: int, body: dict[str, Any
                 if "error" in event:
                     result.error = f"error event: {event['error']}"
                     continue
-                for choice in event.get("choices") or []:
-                    text = (choice.get("delta") or {}).get("content")
-                    if text:
-                        if result.ttft is None:
-                            result.ttft = time.perf_counter() - start
-                        pieces.append(text)
-                    logprobs = (choice.get("logprobs") or {}).get("content")
-                    result.streamed_tokens += len(logprobs) if logprobs is not None else int(bool(text))
-                usage = event.get("usage")
-                if usage:
-                    result.prompt_tokens, result.completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+                text = take(event, result)
+                if text:
+                    if result.ttft is None:
+                        result.ttft = time.perf_counter() - start
+                    pieces.append(text)
     except (httpx.HTTPError, json.JSONDecodeError, KeyError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:
         result.latency = time.perf_counter() - start
         result.text = "".join(pieces)
     return result
+
+
+def _chat_event(event: dict[str, Any], result: RequestResult) -> str:
+    """A chat chunk: its choices' text (a role-only chunk has none), and the usage of the last one."""
+    texts = []
+    for choice in event.get("choices") or []:
+        text = (choice.get("delta") or {}).get("content")
+        if text:
+            texts.append(text)
+        logprobs = (choice.get("logprobs") or {}).get("content")
+        result.streamed_tokens += len(logprobs) if logprobs is not None else int(bool(text))
+    usage = event.get("usage")
+    if usage:
+        result.prompt_tokens, result.completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+    return "".join(texts)
+
+
+def _completion_event(event: dict[str, Any], result: RequestResult) -> str:
+    """A llama-server ``/completion`` event: a token's text, or (``stop``) the final counts."""
+    if event.get("stop"):
+        result.prompt_tokens, result.completion_tokens = event["tokens_evaluated"], event["tokens_predicted"]
+        return ""
+    result.streamed_tokens += 1
+    return str(event.get("content", ""))
+
+
+async def stream_chat(client: httpx.AsyncClient, index: int, body: dict[str, Any]) -> RequestResult:
+    """One streamed chat request, read to its end."""
+    return await _read_stream(client, "/v1/chat/completions", index, body, _chat_event)
 
 
 async def stream_completion(client: httpx.AsyncClient, index: int, body: dict[str, Any]) -> RequestResult:
     """One streamed llama-server ``/completion`` request, read to its end: an event per token, then the final
     one (``stop``) with the counts."""
-    result = RequestResult(index)
-    start = time.perf_counter()
-    pieces: list[str] = []
-    try:
-        async with client.stream("POST", "/completion", json=body) as response:
-            if response.status_code != 200:
-                await response.aread()
-                result.error = f"HTTP {response.status_code}: {response.text[:500]}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                event = json.loads(line[6:])
-                if "error" in event:
-                    result.error = f"error event: {event['error']}"
-                    continue
-                if event.get("stop"):
-                    result.prompt_tokens = event["tokens_evaluated"]
-                    result.completion_tokens = event["tokens_predicted"]
-                    continue
-                if event.get("content") and result.ttft is None:
-                    result.ttft = time.perf_counter() - start
-                pieces.append(event.get("content", ""))
-                result.streamed_tokens += 1
-    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        result.latency = time.perf_counter() - start
-        result.text = "".join(pieces)
-    return result
+    return await _read_stream(client, "/completion", index, body, _completion_event)
 
 
 ROUTES = {"chat": stream_chat, "completion": stream_completion}
