@@ -19,7 +19,7 @@ from llama_cpp_native import lib
 
 from ._llama_base import LlamaBase
 from ._text import StopScanner
-from .completion_events import CompletionEnd, CompletionEvent, StopType
+from .completion_events import CompletionEnd, CompletionEvent, FimTokens, StopType
 from .engine import Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
 from .engine.policy import check_priority, check_tenant, current_tags
@@ -123,18 +123,23 @@ class _Choice:
 class CompletionAPI(LlamaBase):
     """The text-completion methods of :class:`llama_cpp.Llama`."""
 
+    def fim_tokens(self) -> FimTokens:
+        """The model's fill-in-the-middle tokens (-1 for each it lacks)."""
+        vocab = self._vocab
+        return FimTokens(lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab),
+                         lib.llama_vocab_fim_mid(vocab), lib.llama_vocab_fim_rep(vocab), lib.llama_vocab_fim_sep(vocab))
+
     def supports_infill(self) -> bool:
         """Whether the model has fill-in-the-middle tokens (prefix, suffix, middle): only then does a
         ``suffix`` make the completion fill the gap; otherwise the suffix is appended to the text."""
-        vocab = self._vocab
-        return min(lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)) >= 0
+        return not self.fim_tokens().missing
 
     def _infill_tokens(self, prompt: str, suffix: str) -> list[int] | None:
         """Fill-in-the-middle prompt (PSM, or SPM with ``spm_infill``); None if the model has no FIM tokens."""
-        if not self.supports_infill():
+        fim = self.fim_tokens()
+        if fim.missing:
             return None
-        vocab = self._vocab
-        pre, suf, mid = lib.llama_vocab_fim_pre(vocab), lib.llama_vocab_fim_suf(vocab), lib.llama_vocab_fim_mid(vocab)
+        pre, suf, mid = fim.prefix, fim.suffix, fim.middle
         prefix_tokens = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=False)
         suffix_tokens = self.tokenize(suffix.encode("utf-8"), add_bos=False, special=False)
         body = ([suf, *suffix_tokens, pre, *prefix_tokens] if self.spm_infill

@@ -4,7 +4,8 @@ OpenAI's chunks (``create_completion(stream=True)``) carry text only, and only w
 that speaks llama-server's own API (``/completion``) reports every generated token, the end-of-generation
 token included, with the text it releases (empty while the text may still grow into a stop string), and at the
 end why generation stopped, how much of the prompt came from memory and how long each part took. Both views
-are read from the same engine requests by the same loop (``_completion.py``).
+are read from the same engine requests by the same loop (``_completion.py``).  :class:`FimTokens` is what
+:meth:`Llama.fim_tokens` answers, for servers that lay out an infill prompt themselves (llama-server's ``/infill``).
 """
 
 from __future__ import annotations
@@ -49,3 +50,20 @@ class CompletionEvent:
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()  # the top alternatives (token, logprob), with ``logprobs``
     end: CompletionEnd | None = None
+
+
+@attrs.frozen
+class FimTokens:
+    """A model's fill-in-the-middle tokens; -1 for one it lacks.  ``repo`` and ``separator`` (optional) lay
+    out several files of a repository before the gap, as code models trained on repositories expect."""
+
+    prefix: int
+    suffix: int
+    middle: int
+    repo: int
+    separator: int
+
+    @property
+    def missing(self) -> list[str]:
+        """The names of the three tokens infill needs that the model lacks."""
+        return [name for name in ("prefix", "suffix", "middle") if getattr(self, name) < 0]

@@ -26,7 +26,8 @@ from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .metrics import render_metrics
-from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeShaper, embedding_inputs,
+from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeInfillRequest, NativeShaper,
+                     embedding_inputs, infill_prompt,
                      generation_settings, native_arguments, native_embeddings, native_with_server_defaults,
                      pieces_text, props, token_piece)
 from .models import Lease, ModelPool
@@ -229,6 +230,17 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         if body.stream:
             return await stream(lease, lambda: llm.completion_events(**arguments), shaper.stream_events, done=None)
         return await answer(request, lease, lambda: shaper.whole(llm.completion_events(**arguments)))
+
+    @app.post("/infill", dependencies=keyed, include_in_schema=False)
+    async def native_infill(body: NativeInfillRequest, request: Request) -> Any:
+        lease = await pool.admit(body.model)
+        try:
+            n_predict = server.default_max_tokens if server.default_max_tokens is not None else -1
+            tokens = await run_in_threadpool(infill_prompt, body, lease.llama, lease.served.settings.n_batch,
+                                             n_predict)
+        finally:
+            lease.release()
+        return await native_completion(body.model_copy(update={"prompt": tokens}), request)
 
     @app.post("/embedding", dependencies=keyed, include_in_schema=False)
     @app.post("/embeddings", dependencies=keyed, include_in_schema=False)

@@ -310,9 +310,20 @@ def _filtered(result: dict[str, Any], fields: list[str]) -> dict[str, Any]:
 
 
 def pieces_text(llm: Any, tokens: Sequence[int]) -> str:
-    """Tokens as llama-server writes them: their pieces (special ones spelled) joined, so a SentencePiece
-    space after BOS stays."""
+    """Tokens as llama-server's ``/detokenize`` writes them: their pieces (special ones spelled) joined, so a
+    SentencePiece space after BOS stays."""
     return b"".join(llm.detokenize([t], special=True) for t in tokens).decode("utf-8", "replace")
+
+
+def prompt_text(llm: Any, tokens: Sequence[int]) -> str:
+    """A prompt as llama-server's ``/completion`` answers it (llama.cpp's ``llama_detokenize``, specials
+    spelled): the pieces joined, less the SentencePiece space in front of the first token when it is text (a
+    prompt from BOS keeps the space after it).  ``Llama.detokenize`` takes that space off the token after BOS."""
+    bos = llm.token_bos()
+    if not tokens or bos < 0 or tokens[0] == bos:
+        return pieces_text(llm, tokens)
+    text = llm.detokenize([bos, *tokens], special=True)
+    return text[len(llm.detokenize([bos], special=True)):].decode("utf-8", "replace")
 
 
 def token_piece(llm: Any, token: int) -> str | list[int]:
@@ -368,7 +379,7 @@ class NativeShaper:
         index = event.index
         self.texts.setdefault(index, []).append(event.text)
         content = "".join(self.texts[index])
-        prompt = pieces_text(self.llm, end.prompt_tokens)
+        prompt = prompt_text(self.llm, end.prompt_tokens)
         out: dict[str, Any] = {
             "index": index, "content": "" if streamed else content,
             "tokens": [] if streamed or not self.body.return_tokens else self.tokens.get(index, []),
@@ -462,3 +473,65 @@ def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str
             "bos_token": piece(llm.token_bos()), "eos_token": piece(llm.token_eos()),
             "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
             "is_sleeping": False}
+
+
+class ExtraContext(BaseModel):
+    """One file of ``input_extra``: the repository context llama.vscode sends before the gap."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filename: str = "tmp"
+    text: str
+
+
+class NativeInfillRequest(NativeCompletionRequest):
+    """The body of llama-server's ``/infill``: the code before and after the gap, other files of the
+    repository, and an optional ``prompt`` placed right after the prefix (as llama-server places it)."""
+
+    prompt: NativePrompt = ""
+    input_prefix: Union[str, list[Union[int, str]]]
+    input_suffix: Union[str, list[Union[int, str]]]
+    input_extra: list[ExtraContext] = Field(default_factory=list)
+
+
+def _mixed_tokens(llm: Any, value: str | list[int | str], *, special: bool) -> list[int]:
+    """A text, or texts and token ids mixed, without BOS."""
+    tokens: list[int] = []
+    for piece in [value] if isinstance(value, str) else value:
+        if isinstance(piece, int):
+            tokens.append(piece)
+        else:
+            tokens += llm.tokenize(piece.encode("utf-8"), add_bos=False, special=special)
+    return tokens
+
+
+def infill_prompt(body: NativeInfillRequest, llm: Any, n_batch: int, n_predict: int) -> list[int]:
+    """llama-server's fill-in-the-middle layout: the repository's other files (newest last, cut from the
+    front to what the context leaves), BOS, the prefix's end and the prompt, the suffix's start, then the
+    middle token; ``n_batch`` and the server's ``n_predict`` size the parts as llama-server's ``-b`` and ``-n``."""
+    fim = llm.fim_tokens()
+    if fim.missing:
+        raise APIError(501, "Infill is not supported by this model: it has no fill-in-the-middle "
+                       f"{' and '.join(fim.missing)} token (use a code model with FIM tokens)", param="model")
+
+    def text(value: str) -> list[int]:
+        return llm.tokenize(value.encode("utf-8"), add_bos=False, special=False)
+
+    extra: list[int] = [fim.repo, *text("myproject\n")] if fim.repo >= 0 else []
+    for chunk in body.input_extra:
+        extra += [fim.separator, *text(chunk.filename + "\n")] if fim.separator >= 0 else text(
+            "\n\n--- snippet ---\n\n")
+        extra += text(chunk.text)
+    if fim.separator >= 0:
+        extra += [fim.separator, *text("filename\n")]
+    prefix = _mixed_tokens(llm, body.input_prefix, special=False)
+    suffix = _mixed_tokens(llm, body.input_suffix, special=False)
+    prompt = _mixed_tokens(llm, body.prompt if isinstance(body.prompt, str) else "", special=True)
+    n_ctx = llm.scheduler.ctx.n_ctx_seq
+    n_prefix = min(len(prefix), 3 * (n_batch // 4))
+    n_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
+    n_extra = min(len(extra), max(0, n_ctx - n_batch - 2 * n_predict))
+    before = [fim.prefix, *prefix[len(prefix) - n_prefix:], *prompt]
+    after = [fim.suffix, *suffix[:n_suffix]]
+    head = [*extra[len(extra) - n_extra:], *([llm.token_bos()] if llm.add_bos_token() else [])]
+    return [*head, *(after + before if llm.spm_infill else before + after), fim.middle]

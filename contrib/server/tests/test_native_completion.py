@@ -14,6 +14,7 @@ import pytest
 from serving import llama_server, running, tiny_settings
 
 from llama_cpp import Llama
+from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
 
 PROMPT = "Once upon a time"
 
@@ -144,3 +145,38 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
         reply = httpx.post(ours + "/completion", json=body, timeout=30)
         assert reply.status_code in (400, 422), (body, reply.text)
         assert field in json.dumps(reply.json()["error"]), (body, reply.text)
+
+
+FIM_IDS = {"fim_pre": 31990, "fim_suf": 31991, "fim_mid": 31992, "fim_rep": 31993, "fim_sep": 31994}
+
+
+@pytest.fixture(scope="module")
+def fim_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Ours and llama-server on a tiny model with fill-in-the-middle tokens (repository ones too)."""
+    metadata = tuple((f"tokenizer.ggml.{name}_token_id", token) for name, token in FIM_IDS.items())
+    path = write_tiny_llama(tmp_path_factory.mktemp("fim") / "tiny-fim.gguf", TinyLlamaSpec(extra_metadata=metadata))
+    with running(tiny_settings(path, n_seq_max=1)) as ours, \
+            llama_server(path, "-c", "2048", "-np", "1", "--alias", "tiny") as theirs:
+        yield ours, theirs
+
+
+@pytest.mark.parametrize("extra", [[], [{"filename": "util.py", "text": "def helper():\n    return 1\n"},
+                                        {"text": "x = 2\n"}]], ids=["plain", "repository"])
+def test_infill_equals_llama_servers(fim_servers: tuple[str, str], extra: list[dict[str, str]]) -> None:
+    body = {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "input_extra": extra,
+            "prompt": "return", "n_predict": 8, "temperature": 0, "return_tokens": True}
+    ours, theirs = (post(base, body, "/infill") for base in fim_servers)
+    same(ours, theirs, "prompt", "tokens_evaluated", "content", "tokens")
+    assert shape(ours) == shape(theirs)
+
+
+def test_infill_needs_fim_tokens_and_well_formed_extra_files(both: tuple[str, str],
+                                                               fim_servers: tuple[str, str]) -> None:
+    body = {"input_prefix": "a", "input_suffix": "b", "n_predict": 2}
+    for base in both:  # the chat model has no FIM tokens
+        reply = httpx.post(base + "/infill", json=body, timeout=30)
+        assert reply.status_code == 501 and "not supported" in reply.json()["error"]["message"], reply.text
+    for bad, field in (({**body, "input_extra": [{"filename": "a.py"}]}, "text"),
+                       ({**body, "input_extra": "x"}, "input_extra"), ({"input_suffix": "b"}, "input_prefix")):
+        reply = httpx.post(fim_servers[0] + "/infill", json=bad, timeout=30)
+        assert reply.status_code == 422 and field in reply.text, reply.text
