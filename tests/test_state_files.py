@@ -187,3 +187,21 @@ def test_checkpoints_out_of_order_are_refused() -> None:
         data = b"".join(state_file.encode(snapshot).parts)
         with pytest.raises(state_file.CorruptStateFile, match="increasing order"):
             state_file.read_state_file(io.BytesIO(data))
+
+
+def test_sequences_report_what_each_holds_and_one_can_be_erased(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=2, n_threads=1, verbose=False) as llm:
+        assert [(s.seq_id, s.n_tokens, s.busy) for s in llm.sequences()] == [(0, 0, False), (1, 0, False)]
+        llm.create_completion("Once upon a time", max_tokens=4, temperature=0)
+        held = {s.seq_id: s.n_tokens for s in llm.sequences()}
+        used = next(seq for seq, n in held.items() if n)
+        assert held[used] == len(llm.tokenize(b"Once upon a time")) + 4 - 1  # the last token is never fed back
+        assert llm.erase_sequence(used) == held[used] and all(s.n_tokens == 0 for s in llm.sequences())
+        stream = llm.create_completion("Once upon a time", max_tokens=8, temperature=0, stream=True)
+        next(stream)
+        busy = next(s.seq_id for s in llm.sequences() if s.busy)
+        with pytest.raises(RuntimeError, match="in use"):
+            llm.erase_sequence(busy)
+        stream.close()
+        with pytest.raises(ValueError, match="seq_id"):
+            llm.erase_sequence(5)

@@ -32,7 +32,7 @@ from .engine.model import learned_positions
 from .engine.origin import state_origin
 from .engine.policy import Policy
 from .engine.sampler import chain_context
-from .engine.slot import Slot
+from .engine.slot import SequenceInfo, Slot
 from .engine.speculative import SpeculativeStep, empty_stats
 from .llama_grammar import LlamaGrammar
 from .llama_tokenizer import BaseLlamaTokenizer, LlamaTokenizer
@@ -818,6 +818,21 @@ class LlamaBase(Closing):
             if scheduler.busy(slot):
                 raise RuntimeError(f"sequence {slot.seq_id} is in use by a running generation")
             scheduler.restore_sequence(slot, snapshot)
+
+    def erase_sequence(self, seq_id: int) -> int:
+        """Empty one sequence no generation is using; returns how many tokens it held."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            slot = self._slot(seq_id)
+            if scheduler.busy(slot):
+                raise RuntimeError(f"sequence {slot.seq_id} is in use by a running generation")
+            return scheduler.clear_sequence(slot)
+
+    def sequences(self) -> list[SequenceInfo]:
+        """What each sequence of the context holds now, and whether a generation is using it."""
+        scheduler = self._live_scheduler()
+        with scheduler.exclusive():
+            return [SequenceInfo(slot.seq_id, len(slot.ledger), scheduler.busy(slot)) for slot in scheduler.slots]
 
     def save_session(self, path: str | Path, seq_id: int | None = None) -> None:
         """Write one sequence (default: the current one) to ``path`` as a state file (docs/caches.md has

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -26,6 +27,7 @@ from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .metrics import render_metrics
+from .slots import slot_action, slot_list
 from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeInfillRequest, NativeShaper,
                      embedding_inputs, infill_prompt,
                      generation_settings, native_arguments, native_embeddings, native_with_server_defaults,
@@ -251,6 +253,33 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         vectors = await answer(request, lease, lambda: llm.embed(inputs, normalize=body.embd_normalize,
                                                                  truncate=False))
         return vectors if isinstance(vectors, Response) else native_embeddings(vectors)
+
+    @app.get("/slots", dependencies=keyed, include_in_schema=False)
+    async def get_slots(model: str | None = None) -> Any:
+        if not server.slots_endpoint:
+            raise errors.APIError(501, "the slots endpoint is off (slots_endpoint: false, llama-server's --no-slots)")
+        lease = await pool.admit(model)
+        try:
+            return slot_list(lease.llama, lease.served.settings.speculative is not None)
+        finally:
+            lease.release()
+
+    @app.post("/slots/{id_slot}", dependencies=keyed, include_in_schema=False)
+    async def post_slot(id_slot: str, request: Request, action: str | None = None, model: str | None = None) -> Any:
+        body = await request.body()
+        try:
+            fields = json.loads(body) if body.strip() else {}
+        except ValueError:
+            raise errors.APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+        filename = fields.get("filename") if isinstance(fields, dict) else None
+        if filename is not None and not isinstance(filename, str):
+            raise errors.APIError(422, "filename: a string", param="filename")
+        lease = await pool.admit(model)
+        try:
+            return await run_in_threadpool(slot_action, lease.llama, id_slot, action, filename,
+                                           server.slot_save_path)
+        finally:
+            lease.release()
 
     @app.get("/props", dependencies=keyed, include_in_schema=False)
     async def get_props(model: str | None = None) -> Any:

@@ -299,6 +299,9 @@ class ServerSettings(BaseModel):
     chat_page: bool = Field(True, description="serve the chat page at /")
     disable_ping_events: bool = Field(False, description="no ': ping' comment every 15 s in event streams "
                                                          "(some clients cannot read comments)")
+    slots_endpoint: bool = Field(True, description="serve GET /slots (llama-server's --slots / --no-slots)")
+    slot_save_path: str | None = Field(None, description="the folder POST /slots/{id}?action=save|restore reads "
+                                                         "and writes (llama-server's --slot-save-path); none: 501")
     # request defaults for what a request leaves out (llama-server's --temp, --top-k, --top-p, --min-p, -n);
     # None: the library's own default
     default_temperature: float | None = Field(None, ge=0.0, description="the temperature of requests that set none")
@@ -310,6 +313,13 @@ class ServerSettings(BaseModel):
     interrupt_requests: bool = Field(True, description="the reference's switch to cut a running stream short "
                                                        "when another request comes; accepted, no effect: "
                                                        "requests run side by side, none waits for another")
+
+    @field_validator("slot_save_path")
+    @classmethod
+    def _existing_folder(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_dir():
+            raise ValueError(f"slot_save_path {value!r} is not an existing folder")
+        return value
 
     @model_validator(mode="after")
     def _cors_and_keys(self) -> ServerSettings:

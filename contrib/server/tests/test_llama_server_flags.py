@@ -23,7 +23,8 @@ def test_each_llama_server_flag_reaches_its_setting(tmp_path: Path) -> None:
         "-ub", "256", "-a", "zeta,alpha", "--api-key", "k1", "--api-key-file", str(keys), "--host", "0.0.0.0",
         "--port", "8081", "--cors-origins", "localhost,https://a.example", "-fa", "on", "--pooling", "mean",
         "--embeddings", "--metrics", "--jinja", "--no-slots", "-n", "64", "--temp", "0.5", "--top-k", "20",
-        "--top-p", "0.9", "--min-p", "0.1", "-s", "42", "-to", "30", "--no-webui", "-mm", "p.gguf"])
+        "--top-p", "0.9", "--min-p", "0.1", "-s", "42", "-to", "30", "--no-webui", "-mm", "p.gguf",
+        "--slot-save-path", str(tmp_path)])
     assert (settings.model, settings.n_ctx, settings.n_seq_max, settings.n_threads, settings.n_threads_batch,
             settings.n_gpu_layers, settings.n_batch, settings.n_ubatch) == ("m.gguf", 4096, 6, 3, 2, "all", 1024, 256)
     assert settings.model_alias == "alpha"  # llama-server names the model by its first alias, sorted
@@ -34,6 +35,7 @@ def test_each_llama_server_flag_reaches_its_setting(tmp_path: Path) -> None:
             settings.default_top_p, settings.default_min_p) == (64, 0.5, 20, 0.9, 0.1)
     assert (settings.seed, settings.request_timeout, settings.chat_page, settings.mmproj_path) == (42, 30, False,
                                                                                                   "p.gguf")
+    assert (settings.slot_save_path, settings.slots_endpoint) == (str(tmp_path), False)
 
 
 def test_the_other_spellings_and_this_servers_own_flags_mix() -> None:
@@ -46,12 +48,17 @@ def test_the_other_spellings_and_this_servers_own_flags_mix() -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--slot-save-path", "/tmp"], "slot save"), (["--no-jinja"], "Jinja"), (["-fa", "sometimes"], "on, off"),
+    (["--no-jinja"], "Jinja"), (["-fa", "sometimes"], "on, off"),
     (["--pooling", "max"], "mean"), (["--reasoning-format", "deepseek"], "reasoning"), (["-c"], "a value"),
     (["--api-key-file", "/nonexistent/keys"], "cannot read"), (["--lora", "a.gguf,b.gguf"], "one adapter")])
 def test_flags_this_server_cannot_honour_are_refused_with_the_reason(args: list[str], says: str) -> None:
     with pytest.raises(SystemExit, match=says):
         load_settings(["-m", "m.gguf", *args])
+
+
+def test_a_slot_folder_must_exist() -> None:
+    with pytest.raises(ValueError, match="not an existing folder"):
+        load_settings(["-m", "m.gguf", "--slot-save-path", "/nonexistent/folder"])
 
 
 def test_a_llama_server_command_line_starts_this_server(chat_model_path: Path) -> None:

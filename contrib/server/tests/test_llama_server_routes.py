@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llama_cpp_server import Settings
 from serving import llama_server, running, tiny_settings
-from test_native_completion import shape
+from test_native_completion import post, shape
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
 
@@ -112,3 +112,52 @@ def test_without_a_key_an_unknown_route_is_a_401(chat_model_path: Path) -> None:
         assert httpx.get(f"{base}/no/such/route", timeout=10).status_code == 401
         assert httpx.get(f"{base}/no/such/route", headers={"Authorization": "Bearer k"}, timeout=10).status_code == 404
         assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+
+
+@pytest.fixture
+def slot_servers(chat_model_path: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Fresh servers (no request has run yet) with a slot folder each."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    with running(tiny_settings(chat_model_path, n_seq_max=1, slot_save_path=str(tmp_path / "ours"))) as ours, \
+            llama_server(chat_model_path, "-c", "2048", "-np", "1", "--slot-save-path",
+                         str(tmp_path / "theirs")) as theirs:
+        yield ours, theirs
+
+
+def test_slots_save_erase_and_restore_as_llama_server(slot_servers: tuple[str, str]) -> None:
+    fresh = [httpx.get(base + "/slots", timeout=10).json() for base in slot_servers]
+    assert shape(fresh[0]) == shape(fresh[1]) and fresh[0][0]["n_ctx"] == fresh[1][0]["n_ctx"]
+    body = {"prompt": "Once upon a time there was a", "n_predict": 6, "temperature": 0}
+    first = [post(base, body) for base in slot_servers]
+    saved = [httpx.post(base + "/slots/0?action=save", json={"filename": "story.bin"}, timeout=30).json()
+             for base in slot_servers]
+    assert shape(saved[0]) == shape(saved[1]) and saved[0]["n_saved"] == saved[1]["n_saved"] > 0
+    erased = [httpx.post(base + "/slots/0?action=erase", timeout=30).json() for base in slot_servers]
+    assert erased[0] == erased[1] == {"id_slot": 0, "n_erased": saved[0]["n_saved"]}
+    restored = [httpx.post(base + "/slots/0?action=restore", json={"filename": "story.bin"}, timeout=30).json()
+                for base in slot_servers]
+    assert shape(restored[0]) == shape(restored[1]) and restored[0]["n_restored"] == saved[0]["n_saved"]
+    again = post(slot_servers[0], body)  # from the restored memory: only the last prompt token again
+    assert again["content"] == first[0]["content"] == first[1]["content"]
+    assert again["timings"]["prompt_n"] == 1 and again["timings"]["cache_n"] == again["tokens_evaluated"] - 1
+
+
+@pytest.mark.parametrize("name", ["../escape.bin", "a/b.bin", "", " lead.bin", "trail.", "..", "a\\b", "x\x01y"])
+def test_slot_file_names_that_leave_the_folder_are_refused(slot_servers: tuple[str, str], name: str) -> None:
+    for base in slot_servers:
+        reply = httpx.post(base + "/slots/0?action=save", json={"filename": name}, timeout=30)
+        assert reply.status_code == 400, (base, name, reply.text)
+
+
+def test_slot_actions_need_a_folder_and_a_real_slot(both: tuple[str, str], slot_servers: tuple[str, str]) -> None:
+    for base in both:  # started without a slot folder
+        assert httpx.post(base + "/slots/0?action=erase", timeout=30).status_code == 501
+    for base in slot_servers:
+        assert httpx.post(base + "/slots/0?action=fly", timeout=30).status_code == 400
+    assert httpx.post(slot_servers[0] + "/slots/7?action=erase", timeout=30).status_code == 400  # llama-server: 200
+    reply = httpx.post(slot_servers[0] + "/slots/0?action=restore", json={"filename": "missing.bin"}, timeout=30)
+    assert reply.status_code == 400 and "Unable to restore" in reply.text
+    with running(tiny_settings(Path(httpx.get(both[0] + "/props", timeout=10).json()["model_path"]),
+                               slots_endpoint=False)) as off:
+        assert httpx.get(off + "/slots", timeout=10).status_code == 501

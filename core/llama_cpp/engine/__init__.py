@@ -32,7 +32,7 @@ from .runner import ContextRunner, Decoded, Runner
 from .sampler import SequenceSampler
 from .scope import RequestScope
 from .scheduler import Scheduler
-from .slot import BatchRow, RowKind, Slot, TickPlan
+from .slot import BatchRow, RowKind, SequenceInfo, Slot, TickPlan
 from .stats import EngineStats
 from .step import DecodedBatch, DraftWanted, PlainStep, Sampled, Step
 
@@ -57,6 +57,7 @@ __all__ = [
     "Runner",
     "Sampled",
     "Scheduler",
+    "SequenceInfo",
     "SequenceSampler",
     "SequenceSnapshot",
     "Slot",

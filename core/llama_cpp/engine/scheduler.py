@@ -319,8 +319,14 @@ class Scheduler:
         """Empty the memory of every sequence no generation is using (``Llama.reset``)."""
         for slot in self.slots:
             if not self.busy(slot):
-                slot.ledger.clear(self.ctx)
-                self.memory_changed(slot)
+                self.clear_sequence(slot)
+
+    def clear_sequence(self, slot: Slot) -> int:
+        """Empty an idle slot's memory; how many tokens it held."""
+        held = len(slot.ledger)
+        slot.ledger.clear(self.ctx)
+        self.memory_changed(slot)
+        return held
 
     def load_state(self, data: bytes, tokens: Sequence[int], adapters: Any, checkpoints: Sequence[Any]) -> int:
         """Replace the whole context's state (``Llama.load_state``; no generation may run): every sequence

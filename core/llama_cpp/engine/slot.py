@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
+import attrs
+
 from .._adapters import AdapterKey
 from .context import RowMode
 from .ledger import Ledger
@@ -48,6 +50,15 @@ class Slot:
         sampler = self.sampler
         assert sampler is not None, f"sequence {self.seq_id} has no sampler"
         return sampler
+
+
+@attrs.frozen
+class SequenceInfo:
+    """What one sequence holds, as ``Llama.sequences()`` reports it (llama-server's ``/slots``)."""
+
+    seq_id: int
+    n_tokens: int  # the tokens in its memory
+    busy: bool  # a generation is using it
 
 
 class RowKind(enum.Enum):
