@@ -292,7 +292,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                           "audio": bool(handler is not None and getattr(handler, "is_support_audio", bool)())}
             return props(llm, served.name, served.settings.model or "", llm.scheduler.ctx.n_seq_max, modalities,
                          generation_settings(native_with_server_defaults(NativeCompletionRequest(prompt=""),
-                                                                         server)))
+                                                                         server)), server.slots_endpoint)
         finally:
             lease.release()
 

@@ -35,7 +35,8 @@ def test_the_unprefixed_aliases_answer_as_the_v1_routes(both: tuple[str, str]) -
 
 def test_props_has_llama_servers_settings_context_and_template(both: tuple[str, str]) -> None:
     ours, theirs = (httpx.get(f"{base}/props", timeout=10).json() for base in both)
-    for key in ("total_slots", "model_alias", "chat_template", "bos_token", "eos_token", "modalities"):
+    for key in ("total_slots", "model_alias", "chat_template", "bos_token", "eos_token", "modalities",
+                "endpoint_slots", "endpoint_props"):
         assert ours[key] == theirs[key], key
     mine, its = ours["default_generation_settings"], theirs["default_generation_settings"]
     assert mine["n_ctx"] == its["n_ctx"]
