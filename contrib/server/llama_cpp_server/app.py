@@ -26,14 +26,16 @@ from llama_cpp.engine import RequestScope
 from . import bridge, errors, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
-from .metrics import render_metrics
-from .slots import slot_action, slot_list
-from .native import (NativeCompletionRequest, NativeEmbeddingRequest, NativeInfillRequest, NativeShaper,
-                     embedding_inputs, infill_prompt,
-                     generation_settings, native_arguments, native_embeddings, native_with_server_defaults,
-                     pieces_text, props, token_piece)
-from .models import Lease, ModelPool
 from .choices import chat_choice_streams, chat_choices
+from .metrics import render_metrics
+from .models import Lease, ModelPool
+from .llama_server_completion import (NativeCompletionRequest, NativeShaper, generation_settings, native_arguments,
+                     native_with_server_defaults)
+from .llama_server_embeddings import NativeEmbeddingRequest, embedding_inputs, native_embeddings
+from .llama_server_infill import NativeInfillRequest, infill_prompt
+from .llama_server_props import props
+from .llama_server_text import mixed_tokens, pieces_text, token_piece
+from .slots import slot_action, slot_list
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper, with_server_defaults
 from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
                       TokenizeRequest, body_fields)
@@ -306,13 +308,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         lease = await pool.admit(body.model)
         try:
             llm = lease.llama
-            tokens: list[int] = []
-            for i, piece in enumerate([content] if isinstance(content, str) else content):
-                if isinstance(piece, int):
-                    tokens.append(piece)
-                else:
-                    tokens += llm.tokenize(piece.encode("utf-8"), add_bos=add and i == 0, special=body.parse_special)
-            return tokens, llm
+            return mixed_tokens(llm, content, add_bos=add, special=body.parse_special, field="content"), llm
         finally:
             lease.release()
 

@@ -12,18 +12,18 @@ with a 400 naming them when a request sets them to anything but their neutral va
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Union
 
-import llama_cpp_native
 from llama_cpp.completion_events import CompletionEnd, CompletionEvent
 from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import APIError
+from .llama_server_text import Mixed, mixed_tokens, prompt_text
 from .settings import ServerSettings
 
-# one prompt: text, token ids, or text and token ids mixed; several prompts: a list of those
-NativePrompt = Union[str, list[Union[int, str]], list[Union[str, list[Union[int, str]]]]]
+# one prompt (a text, or texts and token ids mixed), or several: a list of those
+NativePrompt = Union[Mixed, list[Mixed]]
 
 # llama-server's sampler names (case aside), and its one-letter form, onto the core's stage names
 _SAMPLER_NAMES = {"dry": "dry", "top_k": "top_k", "top_p": "top_p", "nucleus": "top_p", "top_n_sigma": "top_n_sigma",
@@ -126,7 +126,7 @@ def _refuse_unimplemented(body: NativeCompletionRequest) -> None:
 
 def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
     """llama-server's prompt rules: a list with no number at its top level is several prompts; a list with
-    numbers is one prompt of token ids and text pieces (only a leading text piece gets BOS)."""
+    numbers is one prompt of token ids and texts (:func:`.llama_server_text.mixed_tokens`)."""
     value = body.prompt
     several = isinstance(value, list) and not any(isinstance(item, int) for item in value)
     items = value if several else [value]
@@ -137,20 +137,11 @@ def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
     for item in items:
         if isinstance(item, str):
             prompts.append(item)
-            continue
-        if isinstance(item, int):
+        elif isinstance(item, list):
+            prompts.append(mixed_tokens(llm, item, add_bos=llm.add_bos_token(), special=True, field="prompt"))
+        else:
             raise APIError(400, "prompt: a list of prompts holds texts or lists of tokens and texts, not bare "
                            "token ids", param="prompt")
-        tokens: list[int] = []
-        for i, piece in enumerate(item):
-            if isinstance(piece, int):
-                tokens.append(piece)
-            elif isinstance(piece, str):
-                tokens += llm.tokenize(piece.encode("utf-8"), add_bos=i == 0 and llm.add_bos_token(), special=True)
-            else:
-                raise APIError(400, "prompt: a prompt of tokens and texts holds token ids and strings only",
-                               param="prompt")
-        prompts.append(tokens)
     return prompts
 
 
@@ -309,32 +300,6 @@ def _filtered(result: dict[str, Any], fields: list[str]) -> dict[str, Any]:
     return out
 
 
-def pieces_text(llm: Any, tokens: Sequence[int]) -> str:
-    """Tokens as llama-server's ``/detokenize`` writes them: their pieces (special ones spelled) joined, so a
-    SentencePiece space after BOS stays."""
-    return b"".join(llm.detokenize([t], special=True) for t in tokens).decode("utf-8", "replace")
-
-
-def prompt_text(llm: Any, tokens: Sequence[int]) -> str:
-    """A prompt as llama-server's ``/completion`` answers it (llama.cpp's ``llama_detokenize``, specials
-    spelled): the pieces joined, less the SentencePiece space in front of the first token when it is text (a
-    prompt from BOS keeps the space after it).  ``Llama.detokenize`` takes that space off the token after BOS."""
-    bos = llm.token_bos()
-    if not tokens or bos < 0 or tokens[0] == bos:
-        return pieces_text(llm, tokens)
-    text = llm.detokenize([bos, *tokens], special=True)
-    return text[len(llm.detokenize([bos], special=True)):].decode("utf-8", "replace")
-
-
-def token_piece(llm: Any, token: int) -> str | list[int]:
-    """A token's piece for ``/tokenize``'s ``with_pieces``: its text, or its bytes when they are not UTF-8 alone."""
-    raw = llm.detokenize([token], special=True)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return list(raw)
-
-
 class NativeShaper:
     """The events of one ``/completion`` request in llama-server's shapes (stream events, or whole results)."""
 
@@ -409,129 +374,3 @@ class NativeShaper:
                 results.append(self.result(event, streamed=False))
         results.sort(key=lambda r: r.get("index", 0))
         return results[0] if len(results) == 1 else results
-
-
-
-class NativeEmbeddingRequest(BaseModel):
-    """The body of llama-server's ``/embedding`` and ``/embeddings``: ``input`` (or ``content``) and
-    ``embd_normalize`` (-1 none, 0 max-absolute to int16, 1 taxicab, 2 euclidean, the default, >2 p-norm)."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
-
-    input: Union[str, list[int], list[Union[str, list[int]]], None] = None
-    content: Union[str, list[int], list[Union[str, list[int]]], None] = None
-    model: str | None = None
-    embd_normalize: int = Field(2, ge=-1)
-
-
-def embedding_inputs(body: NativeEmbeddingRequest) -> list[str] | list[list[int]]:
-    """The inputs, one embedding each (a list of token ids is one input), as llama-server reads them; texts
-    and token lists are not mixed in one request here."""
-    value = body.input if body.input is not None else body.content
-    if value is None:
-        raise APIError(400, '"input" or "content" must be provided', param="input")
-    empty = APIError(400, "input: every input needs some text or tokens to embed (an empty one has none)",
-                     param="input")
-    if not value:
-        raise empty
-    if isinstance(value, str):
-        return [value]
-    if all(isinstance(item, int) for item in value):
-        return [[item for item in value if isinstance(item, int)]]
-    texts = [item for item in value if isinstance(item, str)]
-    token_lists = [item for item in value if isinstance(item, list)]
-    if any(len(item) == 0 for item in [*texts, *token_lists]):
-        raise empty
-    if len(texts) == len(value):
-        return texts
-    if len(token_lists) == len(value):
-        return token_lists
-    raise APIError(400, "input: a list of inputs holds texts or lists of token ids, not both", param="input")
-
-
-def native_embeddings(vectors: list[Any]) -> list[dict[str, Any]]:
-    """llama-server's answer: per input its index and a matrix (one row when pooled, one per token when not)."""
-    return [{"index": i, "embedding": value if value and isinstance(value[0], list) else [value]}
-            for i, value in enumerate(vectors)]
-
-
-def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str, bool],
-          settings: dict[str, Any], slots_endpoint: bool) -> dict[str, Any]:
-    """llama-server's ``GET /props``: a request's default settings (its ``params``, which lack the per-request
-    lists), the per-sequence context, the sequences, the model and its chat template."""
-    params = {key: value for key, value in settings.items()
-              if key not in ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy",
-                             "grammar_triggers", "preserved_tokens")}
-
-    def piece(token: int) -> str:
-        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
-
-    return {"default_generation_settings": {"n_ctx": llm.scheduler.ctx.n_ctx_seq, "params": params},
-            "total_slots": n_seq, "model_alias": name, "model_path": model_path, "modalities": modalities,
-            "endpoint_slots": slots_endpoint, "endpoint_props": False, "endpoint_metrics": True,
-            "chat_template": llm.metadata.get("tokenizer.chat_template", ""),
-            "bos_token": piece(llm.token_bos()), "eos_token": piece(llm.token_eos()),
-            "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
-            "is_sleeping": False}
-
-
-class ExtraContext(BaseModel):
-    """One file of ``input_extra``: the repository context llama.vscode sends before the gap."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    filename: str = "tmp"
-    text: str
-
-
-class NativeInfillRequest(NativeCompletionRequest):
-    """The body of llama-server's ``/infill``: the code before and after the gap, other files of the
-    repository, and an optional ``prompt`` placed right after the prefix (as llama-server places it)."""
-
-    prompt: NativePrompt = ""
-    input_prefix: Union[str, list[Union[int, str]]]
-    input_suffix: Union[str, list[Union[int, str]]]
-    input_extra: list[ExtraContext] = Field(default_factory=list)
-
-
-def _mixed_tokens(llm: Any, value: str | list[int | str], *, special: bool) -> list[int]:
-    """A text, or texts and token ids mixed, without BOS."""
-    tokens: list[int] = []
-    for piece in [value] if isinstance(value, str) else value:
-        if isinstance(piece, int):
-            tokens.append(piece)
-        else:
-            tokens += llm.tokenize(piece.encode("utf-8"), add_bos=False, special=special)
-    return tokens
-
-
-def infill_prompt(body: NativeInfillRequest, llm: Any, n_batch: int, n_predict: int) -> list[int]:
-    """llama-server's fill-in-the-middle layout: the repository's other files (newest last, cut from the
-    front to what the context leaves), BOS, the prefix's end and the prompt, the suffix's start, then the
-    middle token; ``n_batch`` and the server's ``n_predict`` size the parts as llama-server's ``-b`` and ``-n``."""
-    fim = llm.fim_tokens()
-    if fim.missing:
-        raise APIError(501, "Infill is not supported by this model: it has no fill-in-the-middle "
-                       f"{' and '.join(fim.missing)} token (use a code model with FIM tokens)", param="model")
-
-    def text(value: str) -> list[int]:
-        return llm.tokenize(value.encode("utf-8"), add_bos=False, special=False)
-
-    extra: list[int] = [fim.repo, *text("myproject\n")] if fim.repo >= 0 else []
-    for chunk in body.input_extra:
-        extra += [fim.separator, *text(chunk.filename + "\n")] if fim.separator >= 0 else text(
-            "\n\n--- snippet ---\n\n")
-        extra += text(chunk.text)
-    if fim.separator >= 0:
-        extra += [fim.separator, *text("filename\n")]
-    prefix = _mixed_tokens(llm, body.input_prefix, special=False)
-    suffix = _mixed_tokens(llm, body.input_suffix, special=False)
-    prompt = _mixed_tokens(llm, body.prompt if isinstance(body.prompt, str) else "", special=True)
-    n_ctx = llm.scheduler.ctx.n_ctx_seq
-    n_prefix = min(len(prefix), 3 * (n_batch // 4))
-    n_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
-    n_extra = min(len(extra), max(0, n_ctx - n_batch - 2 * n_predict))
-    before = [fim.prefix, *prefix[len(prefix) - n_prefix:], *prompt]
-    after = [fim.suffix, *suffix[:n_suffix]]
-    head = [*extra[len(extra) - n_extra:], *([llm.token_bos()] if llm.add_bos_token() else [])]
-    return [*head, *(after + before if llm.spm_infill else before + after), fim.middle]
