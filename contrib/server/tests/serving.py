@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -64,40 +65,50 @@ def running(settings: Settings, *, wait_ready: bool = True) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def serving_process(command: list[str], port: int, what: str) -> Iterator[str]:
+    """``command`` (a server listening on 127.0.0.1:``port``) running until the block ends; yields its base
+    URL once ``/health`` answers 200.  Its output goes to a file (a pipe nobody reads would fill up and stop
+    it), shown if it exits before it is ready."""
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "OMP_THREAD_LIMIT": "1"})
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"{what} exited ({proc.returncode}): "
+                                       f"{log.read().decode(errors='replace')[-2000:]}")
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{what} did not become ready")
+                time.sleep(0.05)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
 def llama_server(model: Path, *args: str) -> Iterator[str]:
     """llama.cpp's own llama-server (the oracle, built from the same source by ``build-tools --server``) for
-    ``model`` with ``args``, on a free loopback port; yields its base URL once ``/health`` answers 200."""
+    ``model`` with ``args``, one thread, on a free loopback port."""
     folder = llama_cpp_native.tools_dir()
     exe = folder / "llama-server" if folder is not None else None
     if exe is None or not exe.exists():
         pytest.fail("llama-server is not built: run `python -m llama_cpp_native build-tools --server` (the nox "
                     "tests session does)")
     port = free_port()
-    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
-    proc = subprocess.Popen([str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
-                             "-tb", "1", "--no-webui", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({proc.returncode}): "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("llama-server did not become ready")
-            time.sleep(0.05)
+    with serving_process([str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
+                          "-tb", "1", "--no-webui", *args], port, "llama-server") as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -7,34 +7,20 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from serving import free_port
+from serving import free_port, serving_process
 from llama_cpp_server import load_settings
 
 
 def test_the_command_serves_a_model(chat_model_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(chat_model_path),
-                             "--model_alias", "tiny", "--n_ctx", "512", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
-                           json={"model": "tiny", "prompt": "Hi", "max_tokens": 3})
+    with serving_process([sys.executable, "-m", "llama_cpp.server", "--model", str(chat_model_path),
+                          "--model_alias", "tiny", "--n_ctx", "512", "--port", str(port)], port, "the server") as base:
+        reply = httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 3})
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] <= 3
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_without_the_server_package_the_command_says_what_to_install() -> None:

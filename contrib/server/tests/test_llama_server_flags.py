@@ -3,16 +3,14 @@ this server, and the server-wide sampling defaults apply to the requests that se
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from llama_cpp_server import load_settings
 from llama_cpp_server.llama_server_flags import translate
-from serving import free_port, running, tiny_settings
+from serving import free_port, running, serving_process, tiny_settings
 
 
 def test_each_llama_server_flag_reaches_its_setting(tmp_path: Path) -> None:
@@ -63,26 +61,14 @@ def test_a_slot_folder_must_exist() -> None:
 
 def test_a_llama_server_command_line_starts_this_server(chat_model_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "-m", str(chat_model_path), "-a", "tiny",
-                             "-c", "512", "-np", "2", "-t", "1", "--port", str(port), "--jinja", "--metrics",
-                             "-n", "3"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+    command = [sys.executable, "-m", "llama_cpp.server", "-m", str(chat_model_path), "-a", "tiny", "-c", "512",
+               "-np", "2", "-t", "1", "--port", str(port), "--jinja", "--metrics", "-n", "3"]
+    with serving_process(command, port, "the server") as base:
         props = httpx.get(f"{base}/props", timeout=10).json()
         assert props["total_slots"] == 2 and props["model_alias"] == "tiny"
         assert props["default_generation_settings"]["params"]["n_predict"] == 3
         reply = httpx.post(f"{base}/completion", json={"prompt": "Hi"}, timeout=30).json()
         assert reply["tokens_predicted"] == 3 and reply["stop_type"] == "limit"  # -n: the server's default
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_server_defaults_apply_only_where_a_request_sets_nothing(chat_model_path: Path) -> None:
