@@ -19,6 +19,12 @@ def tool(name: str) -> Path:
     return folder / name
 
 
+# llama.cpp's tools print through common_log's background thread, which the process does not wait for at
+# exit; while OpenMP's threads spin after each decode that thread gets no core on a two-core machine and
+# the output's end is lost more often.  Sleeping idle threads change no result.
+TOOL_ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def llama_completion(model: Path, prompt: str, n_predict: int, *, n_ctx: int = 512, threads: int = 2,
                      extra: list[str] | None = None) -> bytes:
     """The bytes llama-completion generates (greedy unless ``extra`` says otherwise)."""
@@ -29,7 +35,7 @@ def llama_completion(model: Path, prompt: str, n_predict: int, *, n_ctx: int = 5
     # prints through common_log's background thread, which once in a few hundred runs here
     # exits before writing the last lines (exit status 0): such a cut-off output is run again.
     for _attempt in range(3):
-        proc = subprocess.run(cmd, capture_output=True, timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, timeout=300, env=TOOL_ENV)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
         out = proc.stdout
         if out.endswith(b"\n\n"):
@@ -65,7 +71,7 @@ def llama_embedding(model: Path, prompts: list[str], *, normalize: int, pooling:
         # as llama-completion (above), llama-embedding logs through a background thread that can lose its
         # last lines at exit, or the end of its last line: a run with rows missing or cut is run again
         for _attempt in range(6):
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=TOOL_ENV)
             assert proc.returncode == 0, proc.stderr[-2000:]
             rows = [line.split() for line in proc.stdout.splitlines() if line.strip()]
             whole = proc.stdout.endswith("\n") and len({len(row) for row in rows}) == 1
@@ -77,48 +83,43 @@ def llama_embedding(model: Path, prompts: list[str], *, normalize: int, pooling:
 
 
 MTMD_RESPONSE_MARKER = "<#mtmd-response#>"
+MTMD_SPARE_TOKENS = 16
 
 
-def llama_mtmd_cli(model: Path, mmproj: Path, media: list[Path], prompt: str, n_predict: int, *,
-                   n_ctx: int = 4096, threads: int = 2, ignore_eos: bool = True,
-                   extra: list[str] | None = None, complete: bool = True) -> bytes:
-    """The bytes llama-mtmd-cli generates greedily for ``prompt`` with ``media`` (images or audio, in the
-    order of the prompt's ``<__media__>`` markers; without a marker the tool puts one per file in front).
+def assert_llama_mtmd_cli_begins_with(ours: bytes, n_tokens: int, model: Path, mmproj: Path, media: list[Path],
+                                      prompt: str, *, n_ctx: int = 4096, threads: int = 2,
+                                      extra: list[str] | None = None) -> None:
+    """llama-mtmd-cli, generating greedily for ``prompt`` with ``media`` (images or audio, in the order of
+    the prompt's ``<__media__>`` markers; without a marker the tool puts one per file in front), begins
+    with ``ours``: the pieces of our first ``n_tokens`` greedy tokens.
 
     The tool always renders the prompt through the model's chat template as one user message (the tiny
     mtmd models' template renders the content unchanged), tokenizes it with ``mtmd_tokenize_from_parts``
     (special tokens parsed, BOS added as the vocabulary says), decodes text chunks with
     ``mtmd_helper_eval_chunk_single`` and media chunks with ``mtmd_helper_decode_image_chunk`` in
-    batches of ``-b`` (2048), then one token per decode.  It prints each token's piece (special
-    tokens rendered): the result is those pieces joined, not token ids.  ``ignore_eos`` makes it
-    generate exactly ``n_predict`` tokens (without it, a generation that meets end-of-generation ends
-    with an extra ``"\\n"``, which this returns as is).  Its output begins after the response marker
-    line (``MTMD_TEST_RESPONSE_MARKER``) and the newline printed once the prompt is decoded, and ends
-    with ``"\\n\\n"``.  With ``complete=False`` the end may be missing (the longest of eight runs is
-    returned): for callers that ask for more tokens than they compare, on a loaded
-    machine where the tool's logging thread often loses its last lines."""
+    batches of ``-b`` (2048), then one token per decode.  It prints each token's piece (special tokens
+    rendered) after the response marker line (``MTMD_TEST_RESPONSE_MARKER``) and the newline printed
+    once the prompt is decoded.
+
+    It prints through common_log's background thread, which the process does not wait for at exit: the
+    end of the output is often lost (here, 12 of 20 unloaded runs of a 12-token answer printed nothing
+    after the marker with spinning OpenMP threads, 10 of 20 lost the final blank line without).  So the
+    tool is asked for ``MTMD_SPARE_TOKENS`` more tokens than we compare (``--ignore-eos``), and a run is
+    decisive once it printed more bytes than ``ours``: a lost tail only ever shortens the output."""
     cmd = [str(tool("llama-mtmd-cli")), "-m", str(model), "--mmproj", str(mmproj),
-           "--image", ",".join(str(m) for m in media), "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx),
-           "-t", str(threads), "-tb", str(threads), "--temp", "0", "-s", "0", "--jinja", "--no-warmup",
-           *(["--ignore-eos"] if ignore_eos else []), *(extra or [])]
-    env = {**os.environ, "MTMD_TEST_RESPONSE_MARKER": MTMD_RESPONSE_MARKER}
+           "--image", ",".join(str(m) for m in media), "-p", prompt, "-n", str(n_tokens + MTMD_SPARE_TOKENS),
+           "-c", str(n_ctx), "-t", str(threads), "-tb", str(threads), "--temp", "0", "-s", "0", "--jinja",
+           "--no-warmup", "--ignore-eos", *(extra or [])]
+    env = {**TOOL_ENV, "MTMD_TEST_RESPONSE_MARKER": MTMD_RESPONSE_MARKER}
     head = MTMD_RESPONSE_MARKER.encode() + b"\n\n"
-    # as llama-completion (above), the tool prints through common_log's background thread, which can
-    # lose lines at exit; on a loaded machine a run once printed the marker and the final "\n\n" with
-    # none of the generated pieces between them.  An output is taken once two runs print it alike
-    # (a loss is not repeated byte for byte); a cut-off one is run again.
-    longest = b""
-    seen: set[bytes] = set()
+    theirs = b""
     for _attempt in range(8):
         proc = subprocess.run(cmd, capture_output=True, timeout=300, env=env)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-        out = proc.stdout
-        if head in out and out.endswith(b"\n\n"):
-            candidate = out.split(head, 1)[1][:-2]
-            if candidate in seen and (candidate or n_predict == 0):
-                return candidate
-            seen.add(candidate)
-        if head in out and len(out.split(head, 1)[1]) > len(longest):
-            longest = out.split(head, 1)[1]
-    assert not complete and longest, (out[-80:], seen)
-    return longest
+        if head in proc.stdout:
+            theirs = max(theirs, proc.stdout.split(head, 1)[1], key=len)
+        if len(theirs) > len(ours):
+            break
+    assert len(theirs) > len(ours), f"llama-mtmd-cli printed {len(theirs)} bytes in its longest of 8 runs, " \
+                                    f"fewer than our {len(ours)}"
+    assert theirs[:len(ours)] == ours, (theirs, ours)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from lowlevel import load_model
-from oracle import llama_mtmd_cli, tool
+from oracle import assert_llama_mtmd_cli_begins_with, tool
 
 from llama_cpp import llama_cpp as C
 from llama_cpp import mtmd_cpp as M
@@ -219,7 +219,7 @@ def test_llama_mtmd_cli_generates_the_replayed_greedy_tokens(
         tokens = greedy_replay(pair, chunks, n_predict)
         replayed = b"".join(pair.piece(t) for t in tokens)
     assert len(tokens) == n_predict and len(set(tokens)) > 1  # not stuck on one token
-    assert llama_mtmd_cli(*paths, media(name), prompt, n_predict) == replayed
+    assert_llama_mtmd_cli_begins_with(replayed, n_predict, *paths, media(name), prompt)
 
 
 def test_ultravox_stacked_by_8_aborts_llama_cpp_when_encoding(tiny_mtmd_model: Callable[[str], tuple[Path, Path]],
@@ -251,4 +251,4 @@ def test_llama_mtmd_cli_with_several_media_equals_the_replay(
     paths = tiny_mtmd_model(name)
     with open_pair(paths) as pair, tokenized(pair, prompt, media) as chunks:
         replayed = b"".join(pair.piece(t) for t in greedy_replay(pair, chunks, 8))
-    assert llama_mtmd_cli(*paths, media, prompt, 8) == replayed
+    assert_llama_mtmd_cli_begins_with(replayed, 8, *paths, media, prompt)
