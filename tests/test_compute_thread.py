@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from llama_cpp import Llama
-from llama_cpp.engine.compute_thread import SETTLED, THREAD_NAME, ComputeThread
+from llama_cpp.engine import openmp_teams
+from llama_cpp.engine.compute_thread import IDLE_S, SETTLED, THREAD_NAME, ComputeThread
 
 
 def compute_threads() -> list[threading.Thread]:
@@ -159,3 +160,69 @@ def test_a_forked_child_computes_without_the_parents_thread() -> None:
         pytest.fail("the child hung handing a call to a compute thread it does not have")
     assert os.waitstatus_to_exitcode(waited[1]) == 0
     compute.close()
+
+
+@pytest.fixture
+def let_go_by(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads that ended their OpenMP team, in order (libgomp's pause recorded, not called)."""
+    threads: list[int] = []
+    monkeypatch.setattr(openmp_teams, "_pause", lambda: lambda kind: threads.append(threading.get_ident()) or 0)
+    return threads
+
+
+def test_a_thread_that_stops_computing_lets_its_team_go(let_go_by: list[int]) -> None:
+    compute = ComputeThread()
+    me = threading.get_ident()
+    compute.run(int)
+    assert let_go_by == []  # one caller: it keeps its team from call to call
+    on_thread(lambda: compute.run(int))  # another caller: the calls go to the compute thread
+    computing = compute.run(threading.get_ident)
+    assert computing != me and let_go_by == [me]  # my next call went there too, so my team went first
+    for _ in range(SETTLED + 1):
+        compute.run(int)
+    assert let_go_by == [me, computing]  # my calls are my own again: the compute thread idles, without one
+    compute.caller_idle()  # my request ended
+    compute.caller_idle()  # nothing to let go twice
+    assert let_go_by == [me, computing, me]
+    compute.close()
+
+
+def test_the_compute_thread_lets_its_team_go_when_idle(let_go_by: list[int]) -> None:
+    compute = ComputeThread()
+    compute.run(int)
+    on_thread(lambda: compute.run(int))
+    computing = compute.run(threading.get_ident)
+    deadline = time.monotonic() + IDLE_S + 10
+    while computing not in let_go_by and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert computing in let_go_by
+    compute.close()
+
+
+def process_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(openmp_teams._pause() is None, reason="llama.cpp's CPU backend here is not built with libgomp")
+def test_one_openmp_team_at_a_time_in_the_process(tiny_model_path: Path) -> None:
+    """libgomp's own threads, counted: a finished request leaves none behind on its thread, and while
+    two threads take turns only the compute thread's team is there (an idle team would make every
+    barrier of the decode sleep: openmp_teams)."""
+    with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=2, n_threads=2, verbose=False) as llm:
+        before = process_threads()
+        llm.create_completion("Hello", max_tokens=4, temperature=0.0)
+        assert process_threads() == before  # my team (one worker beside me) ended with my request
+        during: list[int] = []
+
+        def stream() -> None:
+            for _ in llm.create_completion("Hello there", max_tokens=48, temperature=0.0, stream=True):
+                during.append(process_threads())
+
+        threads = [threading.Thread(target=stream) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        # the two callers, the compute thread and its worker; at most one more while a caller's first
+        # calls run on its own thread before the other arrives
+        assert max(during[len(during) // 2:]) <= before + 4, during

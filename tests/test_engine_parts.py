@@ -93,6 +93,10 @@ class FakeRunner:
         self.ctx = ctx
         self.plans: list[TickPlan] = []
         self.status = 0
+        self.n_caller_idle = 0
+
+    def caller_idle(self) -> None:
+        self.n_caller_idle += 1
 
     def run(self, plan: TickPlan) -> Decoded:
         self.plans.append(plan)
@@ -199,6 +203,7 @@ def test_one_request_runs_through_plan_run_update():
     scheduler.submit(req)
     assert run(scheduler, req) == solo([5, 6, 7], 4)
     assert req.finish_reason == "length" and req.n_prompt_evaluated == 3
+    assert runner.n_caller_idle == 1  # told once, when its reader saw it end
     first = runner.plans[0].rows[0]
     assert (first.fed, first.position, first.first, first.mode, first.kind) == \
         ([5, 6, 7], 0, 0, RowMode.LAST, RowKind.PROMPT)

@@ -15,6 +15,12 @@ So :meth:`ComputeThread.run` calls on the caller's own thread until another thre
 never pays a hand-off per token), then on a thread it starts for that, until one thread has called
 :data:`SETTLED` times in a row again.  The caller waits for the call either way, and what it raises is
 raised to the caller.
+
+A team lives as long as its thread, idle or not, and one idle team beside the computing one is enough to
+make libgomp's barriers sleep at every node (:mod:`.openmp_teams`).  So whichever thread stops computing
+lets its team go: a caller whose calls go to the compute thread from now on, the compute thread when calls
+run on their caller's thread again or when it has had nothing to do for :data:`IDLE_S`, a caller whose
+request has ended (:meth:`ComputeThread.caller_idle`), and the thread that closes the context.
 """
 
 from __future__ import annotations
@@ -24,10 +30,14 @@ import threading
 import weakref
 from typing import Callable, TypeVar, cast
 
+from . import openmp_teams
+
 T = TypeVar("T")
 
 # calls in a row from one thread after which its calls run on its own thread again
 SETTLED = 16
+# seconds without a call after which the compute thread lets its OpenMP team go
+IDLE_S = 0.5
 THREAD_NAME = "llama_cpp-compute"
 
 
@@ -50,10 +60,13 @@ class _HandOff:
     def serve(self) -> None:
         """The compute thread's loop, until :meth:`stop`."""
         while True:
-            self.go.acquire()
+            if not self.go.acquire(timeout=IDLE_S):
+                openmp_teams.let_go()
+                self.go.acquire()
             call, self.call = self.call, None
             if call is None:
                 return
+            openmp_teams.computing()
             try:
                 self.result = call()
             except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
@@ -94,11 +107,21 @@ class ComputeThread:
             self._handing_off = self._caller is not None
             self._caller, self._streak = me, 0
         self._streak += 1
-        if self._streak > SETTLED:
+        if self._streak > SETTLED and self._handing_off:
             self._handing_off = False
+            if self._thread is not None and not self._hand_off.stopped:
+                self._on_compute_thread(openmp_teams.let_go)  # it idles from now on
         if not self._handing_off or self._hand_off.stopped:
+            openmp_teams.computing()
             return call()
+        openmp_teams.let_go()  # this thread's calls go to the compute thread from now on
         return self._on_compute_thread(call)
+
+    def caller_idle(self) -> None:
+        """The calling thread has no compute coming (its request ended): it lets its OpenMP team go, so
+        that the next compute, from whichever thread, is the only team there is.  It costs the thread a
+        new team (about 0.25 ms) if it computes again."""
+        openmp_teams.let_go()
 
     def _on_compute_thread(self, call: Callable[[], T]) -> T:
         hand_off = self._hand_off
@@ -130,7 +153,9 @@ class ComputeThread:
         self._thread = None
 
     def close(self) -> None:
-        """End the compute thread (idempotent); calls after this run on their caller's thread."""
+        """End the compute thread (idempotent; its team ends with it), and let the closing thread's team go;
+        calls after this run on their caller's thread."""
+        openmp_teams.let_go()
         self._stop()
         self._handing_off = False
         self._caller = None

@@ -42,6 +42,10 @@ class Runner(Protocol):
     def embed(self, rows: Sequence[BatchRow]) -> int:
         """Decode ``rows`` under the default adapters (embeddings): llama_decode's status."""
 
+    def caller_idle(self) -> None:
+        """The calling thread runs no plan for a while (its request ended): let go what it holds to run
+        one (:meth:`.ComputeThread.caller_idle`)."""
+
 
 class ContextRunner:
     """The runner of a native context."""
@@ -53,6 +57,9 @@ class ContextRunner:
         self.adapters = adapters
         self.step = step
         self._applied: tuple[object, object] = (None, None)  # (request key, Adapters.applied) of the last check
+
+    def caller_idle(self) -> None:
+        self.ctx.compute.caller_idle()
 
     def run(self, plan: TickPlan) -> Decoded:
         failed: dict[int, BaseException] = {}

@@ -166,7 +166,19 @@ class Scheduler:
 
     def next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]:
         """The next token of the first of ``requests`` that has one, or a request that has finished
-        (with None); runs ticks while neither is ready.  A finished request's error is raised here."""
+        (with None); runs ticks while neither is ready.  A finished request's error is raised here.
+
+        A caller whose request has ended (or failed) computes nothing until its next one: its thread lets
+        its OpenMP team go (:meth:`.Runner.caller_idle`), outside the engine's lock."""
+        outcome: tuple[Request, TokenEvent | None] | None = None
+        try:
+            outcome = self._next_of(requests)
+            return outcome
+        finally:
+            if outcome is None or outcome[1] is None:
+                self.runner.caller_idle()
+
+    def _next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]:
         mutex = self._mutex
         me = threading.get_ident()
         for request in requests:
