@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import bridge, errors, responses
+from . import bridge, errors, llama_server_timings, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .choices import chat_choice_streams, chat_choices
@@ -100,18 +100,19 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     def scope() -> RequestScope:
         return RequestScope(max_prompt_tokens=server.max_prompt_tokens)
 
-    async def answer(request: Request, lease: Lease, call: Callable[[], Any]) -> Any:
+    async def answer(request: Request, lease: Lease, call: Callable[[], Any],
+                     request_scope: RequestScope | None = None) -> Any:
         """A non-streamed answer; the lease is released when it is ready (or the client has gone)."""
         try:
-            result = await run_call(request, call, timeout=timeout, scope=scope(), workers=workers)
+            result = await run_call(request, call, timeout=timeout, scope=request_scope or scope(), workers=workers)
         finally:
             lease.release()
         return Response(status_code=499) if result is None else result
 
     async def stream(lease: Lease, make: Callable[[], Iterator[Any]], shape: Callable[[Any], list[Any]],
-                     done: bytes | None = bridge.DONE) -> StreamingResponse:
+                     done: bytes | None = bridge.DONE, request_scope: RequestScope | None = None) -> StreamingResponse:
         """A streamed answer (SSE, ending with ``done``); the lease is held until the stream ends."""
-        request_scope = scope()
+        request_scope = request_scope or scope()
         try:
             items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers,
                                       ping_interval=ping_interval)
@@ -135,7 +136,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                        streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any]) -> Any:
         """A completions or chat request: admitted on its model, its library keywords made on a worker
         thread (a grammar is checked there, off the event loop; a bad value releases the model at once),
-        then streamed or answered whole."""
+        then streamed or answered whole, with llama-server's ``timings`` of the call's engine requests."""
         if body.n > server.max_n:
             raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
         body = with_server_defaults(body, server)
@@ -147,9 +148,18 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         except BaseException:
             lease.release()
             raise
+        request_scope = scope()
+
+        def measured() -> dict[str, Any] | None:
+            return llama_server_timings.of_requests(request_scope.requests)
+
         if body.stream:
-            return await stream(lease, lambda: streamed(llm, prepared), stream_shaper(body))
-        return await answer(request, lease, lambda: whole(llm, prepared))
+            return await stream(lease, lambda: streamed(llm, prepared), stream_shaper(body, measured),
+                                request_scope=request_scope)
+        result = await answer(request, lease, lambda: whole(llm, prepared), request_scope)
+        if isinstance(result, dict) and (timings := measured()) is not None:
+            result["timings"] = timings
+        return result
 
     async def embedder(model: str | None, refusal: int) -> Lease:
         """The model for an embeddings request, admitted; ``refusal`` (the route's status) when it was not

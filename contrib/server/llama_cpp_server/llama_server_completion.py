@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Union
 
-from llama_cpp.completion_events import CompletionEnd, CompletionEvent
+from llama_cpp.completion_events import CompletionEvent
 from llama_cpp.llama_grammar import LlamaGrammar
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import llama_server_timings
 from .errors import APIError
 from .llama_server_text import Mixed, mixed_tokens, prompt_text
 from .settings import ServerSettings
@@ -273,18 +274,6 @@ def generation_settings(body: NativeCompletionRequest, bias: dict[int, float] | 
     }
 
 
-def timings(end: CompletionEnd) -> dict[str, Any]:
-    """llama-server's ``timings``: the first token comes with the prompt, so generation rates count the rest."""
-    prompt_n, predicted = end.n_prompt - end.n_cached, end.n_generated
-    prompt_ms, predicted_ms = end.prompt_ms, max(end.predicted_ms, 0.001)
-    return {"cache_n": end.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-            "prompt_per_second": 1000.0 / prompt_ms * prompt_n if prompt_ms else 0.0,
-            "predicted_n": predicted, "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": predicted_ms / (predicted - 1) if predicted > 1 else 0.0,
-            "predicted_per_second": 1000.0 / predicted_ms * (predicted - 1) if predicted > 1 else 0.0}
-
-
 def _filtered(result: dict[str, Any], fields: list[str]) -> dict[str, Any]:
     """``response_fields``: only those paths (``generation_settings/n_predict``: a key of a nested object),
     named by their whole path, in the order asked; missing ones left out."""
@@ -352,7 +341,7 @@ class NativeShaper:
             "tokens_evaluated": end.n_prompt, "generation_settings": self.settings, "prompt": prompt,
             "has_new_line": "\n" in content, "truncated": end.context_full, "stop_type": end.stop_type,
             "stopping_word": end.stopping_word, "tokens_cached": end.n_prompt + end.n_generated - 1,
-            "timings": timings(end),
+            "timings": llama_server_timings.of_end(end),
         }
         if not streamed and self.probs.get(index):
             out["completion_probabilities"] = self.probs[index]

@@ -100,9 +100,13 @@ def check_embedding_input(value: Any) -> None:
                            param="input")
 
 
-def stream_shaper(body: CompletionRequest | ChatRequest) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
+def stream_shaper(body: CompletionRequest | ChatRequest,
+                  timings: Callable[[], dict[str, Any] | None] = lambda: None,
+                  ) -> Callable[[dict[str, Any]], list[dict[str, Any]]]:
     """The SSE events of one library chunk: the chunk without ``usage``, and with
-    ``stream_options.include_usage`` the usage as a last chunk of its own with no choices (OpenAI's shape)."""
+    ``stream_options.include_usage`` the usage as a last chunk of its own with no choices (OpenAI's shape).
+    The library's last chunk is the one with ``usage``: the last event made of it also gets ``timings()``
+    (llama-server's ``timings``), when there is one."""
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
     def shape(chunk: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +115,10 @@ def stream_shaper(body: CompletionRequest | ChatRequest) -> Callable[[dict[str, 
         if usage is not None and include_usage:
             events.append({**{k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk},
                            "choices": [], "usage": usage})
+        if usage is not None and events:
+            measured = timings()
+            if measured is not None:
+                events[-1]["timings"] = measured
         return events
 
     return shape

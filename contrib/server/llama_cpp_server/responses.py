@@ -50,6 +50,25 @@ class Usage(_Out):
     total_tokens: int
 
 
+class Timings(_Out):
+    """llama-server's ``timings``: the prompt's part (``cache_n`` of its tokens came from memory,
+    ``prompt_n`` were evaluated) and the generation's (``predicted_n`` tokens, the end-of-generation token
+    counted; the first comes with the prompt, so the generation rates count the others)."""
+
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+    predicted_per_second: float
+
+
+TIMINGS = Field(None, description="llama-server's timings: on a whole answer, and on a stream's last event")
+
+
 class CompletionLogprobs(_Out):
     """The logprobs of the tokens of a choice's text; an echoed prompt's first token has none (null)."""
 
@@ -76,6 +95,7 @@ class TextCompletion(_Out):
     model: str
     choices: list[CompletionChoice]
     usage: Usage
+    timings: Timings | None = TIMINGS
 
 
 class CompletionChunkChoice(_Out):
@@ -95,6 +115,7 @@ class TextCompletionChunk(_Out):
     model: str
     choices: list[CompletionChunkChoice]
     usage: Usage | None = None
+    timings: Timings | None = TIMINGS
 
 
 # -- chat -----------------------------------------------------------------------------------------------
@@ -150,6 +171,7 @@ class ChatCompletion(_Out):
     model: str
     choices: list[ChatChoice]
     usage: Usage
+    timings: Timings | None = TIMINGS
 
 
 class FunctionCallDelta(_Out):
@@ -191,6 +213,7 @@ class ChatCompletionChunk(_Out):
     model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    timings: Timings | None = TIMINGS
 
 
 # -- embeddings, rerank ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llama_cpp_server import Settings
 from serving import llama_server, running, tiny_settings
-from test_native_completion import post, shape
+from test_native_completion import post, shape, stream
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
 
@@ -31,6 +31,35 @@ def test_the_unprefixed_aliases_answer_as_the_v1_routes(both: tuple[str, str]) -
                                                                                 timeout=10).json()["data"]
     for base in both:
         assert httpx.get(f"{base}/v1/health", timeout=10).json() == {"status": "ok"}
+
+
+OPENAI = [("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}),
+          ("/v1/chat/completions", CHAT)]
+
+
+@pytest.mark.parametrize("path, body", OPENAI)
+def test_openai_answers_end_with_llama_servers_timings(both: tuple[str, str], path: str, body: dict[str, object]) -> None:
+    ours, theirs = (post(base, body, path) for base in both)
+    assert shape(ours["timings"]) == shape(theirs["timings"])
+    for answer in (ours, theirs):
+        assert list(answer)[-1] == "timings"
+        timings, usage = answer["timings"], answer["usage"]
+        assert timings["prompt_n"] + timings["cache_n"] == usage["prompt_tokens"]
+        assert timings["predicted_n"] == usage["completion_tokens"] == 6
+        assert timings["prompt_ms"] > 0 and timings["predicted_ms"] > 0 and timings["predicted_per_second"] > 0
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+@pytest.mark.parametrize("path, body", OPENAI)
+def test_the_last_event_of_an_openai_stream_has_the_timings(both: tuple[str, str], path: str, body: dict[str, object],
+                                                            include_usage: bool) -> None:
+    asked = {**body, "stream_options": {"include_usage": True}} if include_usage else body
+    ours, theirs = (stream(base, asked, path)[0] for base in both)
+    for events in (ours, theirs):
+        assert [i for i, event in enumerate(events) if "timings" in event] == [len(events) - 1]
+    assert shape(ours[-1]["timings"]) == shape(theirs[-1]["timings"])
+    # usage as OpenAI sends it: only when asked (llama-server's completion streams always end with it)
+    assert ("usage" in ours[-1]) is include_usage
 
 
 def test_props_has_llama_servers_settings_context_and_template(both: tuple[str, str]) -> None:

@@ -49,12 +49,13 @@ def same(ours: dict[str, Any], theirs: dict[str, Any], *keys: str) -> None:
         assert ours[key] == theirs[key], (key, ours[key], theirs[key])
 
 
-def stream(base: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], bytes]:
+def stream(base: str, body: dict[str, Any], path: str = "/completion") -> tuple[list[dict[str, Any]], bytes]:
     """The stream's events and its raw bytes."""
-    with httpx.stream("POST", base + "/completion", json={**body, "stream": True}, timeout=60) as reply:
+    with httpx.stream("POST", base + path, json={**body, "stream": True}, timeout=60) as reply:
         assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
         raw = reply.read()
-    events = [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n") if line.startswith(b"data: ")]
+    events = [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n")
+              if line.startswith(b"data: ") and line != b"data: [DONE]"]
     return events, raw
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import enum
 import threading
+import time
 from typing import Any, Callable, Mapping, NamedTuple
 
 import attrs
@@ -109,6 +110,7 @@ class Request:
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
+    ended: float = 0.0  # time.perf_counter() when it finished
     group: ChoiceGroup | None = None  # set when it is submitted, for a choice group's first request of a call
     ticket: Ticket | None = None  # what the scheduling policy sees of it, from its submission on
     suspended: Suspended | None = None  # set while it waits to resume after a preemption
@@ -126,5 +128,6 @@ class Request:
     def finish(self, reason: str, error: BaseException | None = None) -> None:
         if self.state != RequestState.DONE:
             self.state = RequestState.DONE
+            self.ended = time.perf_counter()
             self.finish_reason = reason
             self.error = error

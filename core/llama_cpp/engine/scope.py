@@ -6,7 +6,8 @@ inside the library.  Requests submitted while a :class:`RequestScope` is active 
 entered it: a thread, or what ``contextvars`` copies into one) join that scope: a prompt longer than the
 scope's ``max_prompt_tokens`` is refused with a ValueError before it is queued, and ``cancel()`` cancels
 every request of the scope, from any thread, and any that joins later.  A cancelled request finishes
-"abort" at once, its sequence is freed at the next tick, and the blocked call returns.
+"abort" at once, its sequence is freed at the next tick, and the blocked call returns.  ``requests`` are
+all that joined, for what the server reports about the call once it is done (llama-server's ``timings``).
 """
 
 from __future__ import annotations
@@ -27,11 +28,18 @@ class RequestScope:
         self.max_prompt_tokens = max_prompt_tokens
         self._lock = threading.Lock()
         self._joined: list[tuple[Any, Callable[[Any], None]]] = []
+        self._requests: list[Any] = []
         self._cancelled = False
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    @property
+    def requests(self) -> tuple[Any, ...]:
+        """Every engine request that joined, in the order they did (finished ones included)."""
+        with self._lock:
+            return tuple(self._requests)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[RequestScope]:
@@ -50,6 +58,7 @@ class RequestScope:
     def join(self, request: Any, cancel: Callable[[Any], None]) -> None:
         """``request`` belongs to this scope; ``cancel(request)`` stops it (now, if the scope is cancelled)."""
         with self._lock:
+            self._requests.append(request)
             if not self._cancelled:
                 self._joined.append((request, cancel))
                 return
