@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -199,8 +202,31 @@ def test_the_compute_thread_lets_its_team_go_when_idle(let_go_by: list[int]) -> 
     compute.close()
 
 
-def process_threads() -> int:
+# run in a process of its own: the suite's OMP_THREAD_LIMIT=1 (docs/testing.md) leaves teams without workers
+TEAMS_SCRIPT = """
+import json, os, sys, threading
+from llama_cpp import Llama
+
+def process_threads():
     return len(os.listdir("/proc/self/task"))
+
+with Llama(sys.argv[1], n_ctx=512, n_seq_max=2, n_threads=2, verbose=False) as llm:
+    before = process_threads()
+    llm.create_completion("Hello", max_tokens=4, temperature=0.0)
+    after_one = process_threads()
+    during = []
+
+    def stream():
+        for _ in llm.create_completion("Hello there", max_tokens=48, temperature=0.0, stream=True):
+            during.append(process_threads())
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+print(json.dumps({"before": before, "after_one": after_one, "during": during}))
+"""
 
 
 @pytest.mark.skipif(openmp_teams._pause() is None, reason="llama.cpp's CPU backend here is not built with libgomp")
@@ -208,21 +234,14 @@ def test_one_openmp_team_at_a_time_in_the_process(tiny_model_path: Path) -> None
     """libgomp's own threads, counted: a finished request leaves none behind on its thread, and while
     two threads take turns only the compute thread's team is there (an idle team would make every
     barrier of the decode sleep: openmp_teams)."""
-    with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=2, n_threads=2, verbose=False) as llm:
-        before = process_threads()
-        llm.create_completion("Hello", max_tokens=4, temperature=0.0)
-        assert process_threads() == before  # my team (one worker beside me) ended with my request
-        during: list[int] = []
-
-        def stream() -> None:
-            for _ in llm.create_completion("Hello there", max_tokens=48, temperature=0.0, stream=True):
-                during.append(process_threads())
-
-        threads = [threading.Thread(target=stream) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        # the two callers, the compute thread and its worker; at most one more while a caller's first
-        # calls run on its own thread before the other arrives
-        assert max(during[len(during) // 2:]) <= before + 4, during
+    env = {k: v for k, v in os.environ.items() if k != "OMP_THREAD_LIMIT"}
+    proc = subprocess.run([sys.executable, "-c", TEAMS_SCRIPT, str(tiny_model_path)], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    before, during = counts["before"], counts["during"]
+    assert counts["after_one"] == before  # my team (one worker beside me) ended with my request
+    # the two callers, the compute thread and its one worker; at most one more while a caller's first
+    # calls run on its own thread before the other arrives
+    assert max(during[len(during) // 2:]) <= before + 4, during
+    assert max(during) >= before + 3  # the streams did run with a team of two threads
