@@ -145,8 +145,8 @@ class FakeModel:
     n_vocab = 100
 
     @staticmethod
-    def is_eog(token: int) -> bool:
-        return token == EOG
+    def eog_tokens() -> list[int]:
+        return [EOG]
 
 
 class LowestPriority(Policy):

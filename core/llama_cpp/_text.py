@@ -41,6 +41,8 @@ class StopScanner:
     def feed(self, piece: bytes) -> tuple[bytes, bool]:
         """Add a token's bytes; return (bytes safe to emit now, whether a stop string was hit)."""
         start = len(self.buf)
+        if not self.stops and self.emitted == start and (not piece or piece[-1] < 0x80):
+            return piece, False  # nothing held back and nothing to hold: the usual token, as it is
         self.buf += piece
         if self.stops:
             window = max(self.emitted, start - self.longest + 1, 0)

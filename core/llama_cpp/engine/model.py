@@ -20,7 +20,7 @@ from .._handles import NativeHandle
 class Model:
     """A loaded ``llama_model`` and its vocabulary, owned through ``handle``."""
 
-    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "is_eog", "_eog")
+    __slots__ = ("handle", "ptr", "vocab", "n_vocab", "is_eog", "_eog", "_pieces")
 
     def __init__(self, handle: NativeHandle) -> None:
         self.handle = handle
@@ -30,6 +30,9 @@ class Model:
         # whether a token ends a generation: the C call bound to the vocabulary (no Python frame per token)
         self.is_eog: Callable[[int], bool] = functools.partial(lib.llama_vocab_is_eog, self.vocab)
         self._eog: list[int] | None = None
+        # each token's bytes once asked for, by ``special``: a generated token's text is a dict lookup,
+        # not a C call into a fresh buffer (at most n_vocab entries each; a dict's get and set are atomic)
+        self._pieces: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
 
     @property
     def model(self) -> int:
@@ -70,7 +73,17 @@ class Model:
         return list(buf[0:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
-        """The bytes of one token (a fresh buffer per call, so threads never share one)."""
+        """The bytes of one token."""
+        pieces = self._pieces[1] if special else self._pieces[0]
+        piece = pieces.get(token)
+        if piece is None:
+            piece = pieces[token] = self._native_piece(token, special)
+        return piece
+
+    def _native_piece(self, token: int, special: bool) -> bytes:
+        """llama.cpp's bytes of one token (a fresh buffer per call, so threads never share one)."""
+        if not 0 <= token < self.n_vocab:  # the cache must not fill with ids llama.cpp would reject
+            raise ValueError(f"token id {token} is not in the vocabulary (0..{self.n_vocab - 1})")
         buf = ffi.new("char[]", 64)
         n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
         if n < 0:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import NamedTuple, Protocol, Sequence
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -30,7 +31,11 @@ class Decoded(NamedTuple):
 
     status: int  # llama_decode's status (0 also when the plan had no rows; DECODE_ABORTED after an abort)
     error: BaseException | None  # set when nothing was decoded because llama.cpp refused the adapters
-    media_errors: dict[int, BaseException]  # by index into plan.media: the chunks that are not in memory
+    media_errors: Mapping[int, BaseException]  # by index into plan.media: the chunks that are not in memory
+
+
+# the usual outcome, one object for every tick that has it (a tick of one token should allocate little)
+DECODED = Decoded(0, None, MappingProxyType({}))
 
 
 class Runner(Protocol):
@@ -62,6 +67,25 @@ class ContextRunner:
         self.ctx.compute.caller_idle()
 
     def run(self, plan: TickPlan) -> Decoded:
+        failed = self._evaluate_media(plan) if plan.media else DECODED.media_errors
+        if not plan.rows:
+            return Decoded(0, None, failed)
+        self._write(plan.rows)
+        try:
+            self._use_adapters(plan)
+        except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
+            return Decoded(-1, exc, failed)
+        if not self.step.observes_batches:
+            status = self.ctx.decode()
+        else:
+            t0 = time.perf_counter()
+            status = self.ctx.decode()
+            if status == 0:
+                self._show(plan.rows, time.perf_counter() - t0)
+        return DECODED if status == 0 and not failed else Decoded(status, None, failed)
+
+    def _evaluate_media(self, plan: TickPlan) -> dict[int, BaseException]:
+        """Evaluate the plan's media chunks; the failed ones, by index (their positions left empty)."""
         failed: dict[int, BaseException] = {}
         for i, media in enumerate(plan.media):
             seq_id = media.slot.seq_id
@@ -71,21 +95,7 @@ class ContextRunner:
             except Exception as exc:  # noqa: BLE001 - the media's failure belongs to its request
                 self.ctx.seq_rm(seq_id, media.position, -1)
                 failed[i] = exc
-        if not plan.rows:
-            return Decoded(0, None, failed)
-        self._write(plan.rows)
-        try:
-            self._use_adapters(plan)
-        except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
-            return Decoded(-1, exc, failed)
-        step = self.step
-        if not step.observes_batches:
-            return Decoded(self.ctx.decode(), None, failed)
-        t0 = time.perf_counter()
-        status = self.ctx.decode()
-        if status == 0:
-            self._show(plan.rows, time.perf_counter() - t0)
-        return Decoded(status, None, failed)
+        return failed
 
     def embed(self, rows: Sequence[BatchRow]) -> int:
         adapters = self.adapters

@@ -69,7 +69,10 @@ class Scheduler:
         self.planner = Planner(ctx, self.step, self.slots, self.counters, n_keep=n_keep, logits_all=logits_all,
                                max_outputs=max_outputs or ctx.n_batch, policy=policy or Policy(),
                                checkpoints=self.checkpoints)
-        self.update = Update(ctx, self.step, self.planner, self.counters, is_eog=model.is_eog,
+        # whether a token ends a generation, asked of every sampled token: a set's lookup costs less than
+        # the call into the vocabulary
+        is_eog = frozenset(model.eog_tokens()).__contains__
+        self.update = Update(ctx, self.step, self.planner, self.counters, is_eog=is_eog,
                              n_vocab=model.n_vocab, logits_all=logits_all)
         self.waiting = self.planner.waiting
         self.policy = self.planner.policy

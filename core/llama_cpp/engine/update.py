@@ -19,7 +19,7 @@ import numpy as np
 from .context import DECODE_ABORTED, Context
 from .media import media_entries
 from .planner import Planner
-from .request import RequestState, TokenEvent
+from .request import Request, RequestState, TokenEvent
 from .runner import Decoded
 from .sampler import token_logprob
 from .slot import BatchRow, RowKind, Slot, TickPlan
@@ -80,7 +80,7 @@ class Update:
             if request.ticket is not None:
                 request.ticket.n_decoded += len(fed)
             if row.kind is RowKind.STEP:
-                outcomes.append((slot, self._advance(row)))
+                outcomes.append((slot, self._advance(row, request)))
                 continue
             request.n_prompt_evaluated += len(fed)
             counters.n_prompt_tokens += len(fed)
@@ -186,13 +186,13 @@ class Update:
             token, raw = slot.chain.sample(self.ctx, row)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return Outcome(finish="error", error=exc)
-        return self._outcome(slot, [Sampled(token, row, raw)])
+        return self._outcome(slot, slot.serving, [Sampled(token, row, raw)])
 
-    def _advance(self, row: BatchRow) -> Outcome:
+    def _advance(self, row: BatchRow, request: Request) -> Outcome:
         """A running sequence's step rows are decoded: the step takes its samples out of them."""
         slot, fed = row.slot, row.fed
         try:
-            eog = None if slot.serving.params.ignore_eos else self.is_eog
+            eog = None if request.params.ignore_eos else self.is_eog
             samples, kept, replay = self.step.take(slot.step_state, slot.seq_id, self.ctx, slot.chain, row.rows,
                                                    fed, eog)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
@@ -200,14 +200,14 @@ class Update:
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
             self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
-        outcome = self._outcome(slot, samples)
+        outcome = self._outcome(slot, request, samples)
         if replay and outcome.finish is None:  # decoded again, then the last sampled token
             slot.pending = [*replay, *slot.pending]
         return outcome
 
-    def _outcome(self, slot: Slot, samples: Sequence[Sampled]) -> Outcome:
-        """The events of the sampled tokens, and whether they end the request."""
-        request, sampler = slot.serving, slot.chain
+    def _outcome(self, slot: Slot, request: Request, samples: Sequence[Sampled]) -> Outcome:
+        """The events of the sampled tokens (of ``slot``, serving ``request``), and whether they end it."""
+        sampler = slot.chain
         outcome = Outcome()
         stop_on_eog = not request.params.ignore_eos
         wants_row = request.logprobs is not None or request.stopping_criteria is not None
