@@ -15,7 +15,8 @@ import attrs
 
 from ._chat_handlers import GGUF_TEMPLATE_FORMAT
 from ._llama_base import LlamaBase
-from .llama_chat_format import LlamaChatCompletionHandlerNotFoundException, get_chat_completion_handler
+from .llama_chat_format import (ChatFormatterResponse, ChatPromptRenderer, LlamaChatCompletionHandlerNotFoundException,
+                                get_chat_completion_handler)
 from .chat_messages import normalize_messages
 from .engine.normalize import check_tools
 from .engine.policy import tagged
@@ -143,6 +144,34 @@ class ChatAPI(LlamaBase):
                        if v is not None)
         with tagged(priority, tenant):
             return handler(llama=self, messages=messages, **request)
+
+    def render_chat_prompt(
+        self,
+        messages: list[dict[str, Any]],
+        functions: list[dict[str, Any]] | None = None,
+        function_call: str | dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        assistant_prefill: bool = False,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> ChatFormatterResponse:
+        """The prompt ``create_chat_completion`` would generate from for the same keywords, rendered by the
+        same handler, without generating (llama-server's ``/apply-template``).  ``prompt`` is the text
+        (special tokens spelled out, an assistant prefill included); ``added_special`` says whether it
+        begins with BOS already.  A handler that cannot render alone (it does not implement
+        :class:`llama_cpp.llama_chat_format.ChatPromptRenderer`) is a ``NotImplementedError`` naming it."""
+        messages = normalize_messages(messages)
+        check_tools(tools, functions)
+        handler, extra_request = self._resolve_chat_handler()
+        if not isinstance(handler, ChatPromptRenderer):
+            raise NotImplementedError(f"the chat handler {getattr(handler, '__name__', type(handler).__name__)!r} "
+                                      "renders only while it generates (it has no render_chat_prompt)")
+        template_kwargs = {**self.chat_template_kwargs, **(chat_template_kwargs or {})}
+        return handler.render_chat_prompt(
+            llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
+            tool_choice=tool_choice, assistant_prefill=assistant_prefill,
+            add_generation_prompt=add_generation_prompt, chat_template_kwargs=template_kwargs, **extra_request)
 
     def create_chat_completion_openai_v1(self, *args: Any, **kwargs: Any) -> Any:
         """``create_chat_completion`` returning the openai package's typed objects."""

@@ -11,7 +11,7 @@ keeps working without the core importing any plugin.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol, runtime_checkable
 
 import attrs
 
@@ -41,6 +41,23 @@ class LlamaChatCompletionHandler(Protocol):
     """llama-cpp-python's handler protocol: called with ``llama=``, ``messages=`` and the request keywords."""
 
     def __call__(self, *, llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class ChatPromptRenderer(Protocol):
+    """A chat handler that can also render its prompt without generating (``Llama.render_chat_prompt``).
+
+    A handler is a callable that renders and generates in one call; the server's ``/apply-template`` and
+    token count need the rendered text alone, the same text the handler would generate from.  A handler
+    that implements this method gives it; one that does not (a script's own function) is refused there
+    with its name.  ``request`` holds the chat keywords that shape the prompt (``tools``, ``tool_choice``,
+    ``functions``, ``function_call``, ``add_generation_prompt``, ``assistant_prefill``,
+    ``chat_template_kwargs``, and the handler's own such as ``chat_template_name``).  The returned
+    ``prompt`` is the whole text the generation would continue, an assistant prefill included.
+    """
+
+    def render_chat_prompt(self, *, llama: Any, messages: list[dict[str, Any]],
+                           **request: Any) -> ChatFormatterResponse: ...
 
 
 class LlamaChatCompletionHandlerRegistry(Singleton):

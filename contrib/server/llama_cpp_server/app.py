@@ -34,6 +34,7 @@ from .llama_server_completion import (NativeCompletionRequest, NativeShaper, gen
 from .llama_server_embeddings import NativeEmbeddingRequest, embedding_inputs, native_embeddings
 from .llama_server_infill import NativeInfillRequest, infill_prompt
 from .llama_server_props import props
+from .llama_server_template import apply_template, input_tokens
 from .llama_server_text import mixed_tokens, pieces_text, token_piece
 from .slots import slot_action, slot_list
 from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper, with_server_defaults
@@ -255,6 +256,23 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
         return await native_completion(body.model_copy(update={"prompt": tokens}), request)
+
+    async def rendering(body: ChatRequest, render: Callable[[Any, ChatRequest], Any]) -> Any:
+        """A render-only chat route: the body's prompt made by the model's chat handler, on a worker thread."""
+        lease = await pool.admit(body.model)
+        try:
+            return await run_in_threadpool(render, lease.llama, body)
+        finally:
+            lease.release()
+
+    @app.post("/apply-template", dependencies=keyed, include_in_schema=False)
+    async def post_apply_template(body: ChatRequest) -> Any:
+        return await rendering(body, apply_template)
+
+    @app.post("/chat/completions/input_tokens", dependencies=keyed, include_in_schema=False)
+    @app.post("/v1/chat/completions/input_tokens", dependencies=keyed, include_in_schema=False)
+    async def post_input_tokens(body: ChatRequest) -> Any:
+        return await rendering(body, input_tokens)
 
     @app.post("/embedding", dependencies=keyed, include_in_schema=False)
     @app.post("/embeddings", dependencies=keyed, include_in_schema=False)

@@ -74,18 +74,23 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: 
     return kwargs
 
 
+def chat_prompt_arguments(body: ChatRequest) -> dict[str, Any]:
+    """The keywords of a chat body that shape its prompt (``Llama.render_chat_prompt``'s): what the chat
+    route renders and what ``/apply-template`` shows are made of the same ones."""
+    return dict(messages=body.messages, functions=body.functions, function_call=body.function_call,
+                tools=body.tools, tool_choice=body.tool_choice, chat_template_kwargs=body.chat_template_kwargs,
+                add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill)
+
+
 def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list[dict[str, Any]]:
     """``create_chat_completion``'s keywords for a /v1/chat/completions body, one set per choice (``n``):
     choice ``j`` samples with ``seed + j``, as the completions of one prompt do; ``model`` and ``tenant``
     as in :func:`completion_arguments`."""
     kwargs = _sampler_arguments(body, llm)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    kwargs.update(messages=body.messages, functions=body.functions, function_call=body.function_call,
-                  tools=body.tools, tool_choice=body.tool_choice, response_format=body.response_format,
+    kwargs.update(**chat_prompt_arguments(body), response_format=body.response_format,
                   logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
-                  stop=body.stop, model=model, chat_template_kwargs=body.chat_template_kwargs,
-                  add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill,
-                  priority=body.priority, tenant=tenant)
+                  stop=body.stop, model=model, priority=body.priority, tenant=tenant)
     return [{**kwargs, "seed": choice_seed(kwargs.get("seed"), j)} for j in range(body.n)]
 
 

@@ -11,7 +11,7 @@ function-calling handlers ``chatml-function-calling``, ``functionary``,
 ``functionary_v1_v2_chat_handler``, the template constants (``CHATML_*``...)
 and ``guess_chat_format_from_gguf_metadata``; and ``complete_chat``, the
 render-then-complete path (structured output, tools, streaming) for other
-plugins' handlers.
+plugins' handlers, and ``render_chat``, its rendering alone.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .formats import NAMED_FORMATS
 from .function_calling import format_chatml_function_calling
 from .functionary import DIALECTS, functionary_handler
 from .gguf_template import gguf_template_handler
-from .handler import complete_chat  # noqa: F401 (for handlers built on it: the multimodal plugin)
+from .handler import complete_chat, render_chat  # noqa: F401 (for handlers built on them: the multimodal plugin)
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
 from .hf_tokenizer import (hf_autotokenizer_to_chat_completion_handler,  # noqa: F401 (exported)
                            hf_autotokenizer_to_chat_formatter, hf_tokenizer_config_to_chat_completion_handler,

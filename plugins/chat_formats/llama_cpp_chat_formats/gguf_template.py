@@ -11,9 +11,9 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from llama_cpp.llama_chat_format import chat_template_names
+from llama_cpp.llama_chat_format import ChatFormatterResponse, chat_template_names
 
-from .handler import complete_chat
+from .handler import complete_chat, render_chat
 from .jinja import Jinja2ChatFormatter, TemplateError
 
 _formatters: "weakref.WeakKeyDictionary[Any, dict[str, Jinja2ChatFormatter]]" = weakref.WeakKeyDictionary()
@@ -44,6 +44,17 @@ def formatter_for(llama: Any, name: str = "default") -> Jinja2ChatFormatter:
     return per_model[name]
 
 
-def gguf_template_handler(*, llama: Any, messages: list[dict[str, Any]], chat_template_name: str = "default",
-                          **request: Any) -> Any:
-    return complete_chat(llama, formatter_for(llama, chat_template_name), messages, request)
+class GgufTemplateHandler:
+    """The ``chat_template`` format's handler: the model's template ``chat_template_name`` renders, then the
+    completion runs; :meth:`render_chat_prompt` renders alone (the core's ``ChatPromptRenderer``)."""
+
+    def __call__(self, *, llama: Any, messages: list[dict[str, Any]], chat_template_name: str = "default",
+                 **request: Any) -> Any:
+        return complete_chat(llama, formatter_for(llama, chat_template_name), messages, request)
+
+    def render_chat_prompt(self, *, llama: Any, messages: list[dict[str, Any]], chat_template_name: str = "default",
+                           **request: Any) -> ChatFormatterResponse:
+        return render_chat(formatter_for(llama, chat_template_name), messages, request)
+
+
+gguf_template_handler = GgufTemplateHandler()

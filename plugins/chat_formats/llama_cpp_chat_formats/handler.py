@@ -54,13 +54,25 @@ def response_format_grammar(response_format: dict[str, Any] | None) -> Any:
     raise ValueError(f"response_format type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
 
 
+class FormatterHandler:
+    """A llama-cpp-python chat handler over ``formatter`` (``chat_formatter_to_chat_completion_handler``):
+    called, it renders and completes; :meth:`render_chat_prompt` renders alone (the core's
+    ``ChatPromptRenderer``), the same text."""
+
+    def __init__(self, formatter: Callable[..., ChatFormatterResponse]) -> None:
+        self.formatter = formatter
+
+    def __call__(self, *, llama: Any, messages: list[dict[str, Any]], **request: Any) -> Any:
+        return complete_chat(llama, self.formatter, messages, request)
+
+    def render_chat_prompt(self, *, llama: Any, messages: list[dict[str, Any]],
+                           **request: Any) -> ChatFormatterResponse:
+        return render_chat(self.formatter, messages, request)
+
+
 def formatter_handler(formatter: Callable[..., ChatFormatterResponse]) -> Callable[..., Any]:
     """A llama-cpp-python chat handler over ``formatter`` (``chat_formatter_to_chat_completion_handler``)."""
-
-    def handler(*, llama: Any, messages: list[dict[str, Any]], **request: Any) -> Any:
-        return complete_chat(llama, formatter, messages, request)
-
-    return handler
+    return FormatterHandler(formatter)
 
 
 def tools_of(request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any]:
@@ -105,6 +117,24 @@ def user_stops(request: dict[str, Any], *format_stops: str) -> list[str]:
     return stops + [s for s in format_stops if s and s not in stops]
 
 
+def render_chat(formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
+                request: dict[str, Any]) -> ChatFormatterResponse:
+    """``messages`` rendered by ``formatter`` as :func:`complete_chat` renders them: the legacy ``functions``
+    as tools (``request`` is updated), an assistant prefill continued (its text ends the prompt)."""
+    require_text(messages)
+    tools_of(request)
+    conversation, prefill = split_prefill(messages, bool(request.get("assistant_prefill")))
+    template_kwargs = dict(request.get("chat_template_kwargs") or {})
+    rendered = formatter(
+        messages=conversation, functions=request.get("functions"), function_call=request.get("function_call"),
+        tools=request.get("tools"), tool_choice=request.get("tool_choice"),
+        add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
+        **template_kwargs,
+    )
+    rendered.prompt += prefill
+    return rendered
+
+
 def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
                   request: dict[str, Any], to_prompt: Callable[[str, bool], Any] | None = None,
                   ) -> dict[str, Any] | Iterator[dict[str, Any]]:
@@ -114,23 +144,15 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     multimodal handler turns its media markers into media chunks there, after it has put them in the text
     (so a media part that reaches a formatter is refused rather than dropped).
     """
-    require_text(messages)
+    rendered = render_chat(formatter, messages, request)
     tools, tool_choice = tools_of(request)
     forced = forced_call_schema(tools, tool_choice) if tools else None
     if forced is not None:
         request["grammar"] = json_schema_grammar(forced)
-    conversation, prefill = split_prefill(messages, bool(request.get("assistant_prefill")))
-    template_kwargs = dict(request.get("chat_template_kwargs") or {})
-    rendered = formatter(
-        messages=conversation, functions=request.get("functions"), function_call=request.get("function_call"),
-        tools=request.get("tools"), tool_choice=request.get("tool_choice"),
-        add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
-        **template_kwargs,
-    )
     if to_prompt is None:
-        prompt_tokens = tokenize_prompt(llama, rendered.prompt + prefill, rendered.added_special)
+        prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:
-        prompt_tokens = to_prompt(rendered.prompt + prefill, rendered.added_special)
+        prompt_tokens = to_prompt(rendered.prompt, rendered.added_special)
     format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
     grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
     stream = bool(request.get("stream"))

@@ -25,10 +25,10 @@ import attrs
 
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 from llama_cpp.native import Closing, hub_download
-from llama_cpp_chat_formats import Jinja2ChatFormatter, complete_chat
+from llama_cpp_chat_formats import Jinja2ChatFormatter, complete_chat, render_chat
 
 from .context import MtmdContext
-from .markers import escape_marker, new_marker
+from .markers import DEFAULT_MARKER, escape_marker, new_marker
 from .media import MediaInput, parse_content
 from .policy import MediaPolicy
 from .projector import read_projector
@@ -298,6 +298,19 @@ class MTMDChatHandler(Closing):
         conversation, media = self.prepare(messages, merged)
         response = self.formatter(llama)(messages=conversation, add_generation_prompt=True, **merged)
         return response.prompt, media
+
+    def render_chat_prompt(self, *, llama: Any, messages: list[dict[str, Any]],
+                           **request: Any) -> ChatFormatterResponse:
+        """The core's ``ChatPromptRenderer``: the prompt :meth:`__call__` generates from, each media part
+        as mtmd's default marker (``<__media__>``, as llama-server's ``/apply-template`` writes it) rather
+        than this handler's private one."""
+        variables = self.template_variables(request.get("chat_template_kwargs") or {})
+        conversation, _ = self.prepare(messages, variables)
+        request = {**request, "chat_template_kwargs": variables}
+        request.pop("chat_template_name", None)
+        rendered = render_chat(self.formatter(llama), conversation, request)
+        rendered.prompt = rendered.prompt.replace(self.marker, DEFAULT_MARKER)
+        return rendered
 
     # -- the chat handler protocol ----------------------------------------------------------------------
     def __call__(self, *, llama: Any, messages: list[dict[str, Any]],

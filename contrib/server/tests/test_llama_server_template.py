@@ -1,0 +1,78 @@
+"""llama-server's render-only chat routes against llama-server itself: ``/apply-template`` gives the same
+prompt, ``/chat/completions/input_tokens`` the same count, on the tiny chat model and on SmolLM2 (whose
+templates both servers render alike); and the prompt shown is the one the chat route generates from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import assert_error, llama_server, running, tiny_settings
+
+from llama_cpp.testing import smollm2_path
+
+CONVERSATIONS = {
+    "one turn": [{"role": "user", "content": "Hello there"}],
+    "with a system turn": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}],
+    "text parts": [{"role": "user", "content": [{"type": "text", "text": "Part one. "},
+                                                {"type": "text", "text": "Part two."}]}],
+}
+
+
+@pytest.fixture(scope="module", params=["tiny", "smollm2"])
+def both(request: pytest.FixtureRequest, chat_model_path: Path) -> Iterator[tuple[str, str]]:
+    """(ours, llama-server's) base URLs, serving the same model."""
+    model = chat_model_path if request.param == "tiny" else smollm2_path(quiet=True)
+    with running(tiny_settings(model, n_seq_max=1, n_ctx=1024)) as ours, \
+            llama_server(model, "-c", "1024", "-np", "1") as theirs:
+        yield ours, theirs
+
+
+def post(base: str, path: str, body: dict[str, Any]) -> Any:
+    reply = httpx.post(base + path, json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+@pytest.mark.parametrize("messages", CONVERSATIONS.values(), ids=CONVERSATIONS.keys())
+def test_apply_template_renders_the_prompt_llama_server_renders(both: tuple[str, str],
+                                                                messages: list[dict[str, Any]]) -> None:
+    ours, theirs = (post(base, "/apply-template", {"messages": messages}) for base in both)
+    assert ours == theirs and list(ours) == ["prompt"]
+    assert messages[-1]["content"] != "" and ours["prompt"]
+
+
+def test_without_a_generation_prompt_too(both: tuple[str, str]) -> None:
+    body = {"messages": CONVERSATIONS["one turn"], "add_generation_prompt": False}
+    ours, theirs = (post(base, "/apply-template", body) for base in both)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("path", ["/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"])
+def test_input_tokens_counts_as_llama_server_counts(both: tuple[str, str], path: str) -> None:
+    body = {"messages": CONVERSATIONS["with a system turn"]}
+    ours, theirs = (post(base, path, body) for base in both)
+    assert ours == theirs and list(ours) == list(theirs) and ours["input_tokens"] > 0
+
+
+def test_the_prompt_shown_is_the_one_the_chat_evaluates(both: tuple[str, str]) -> None:
+    ours = both[0]
+    messages = CONVERSATIONS["with a system turn"]
+    counted = post(ours, "/chat/completions/input_tokens", {"messages": messages})["input_tokens"]
+    chat = post(ours, "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0})
+    assert chat["usage"]["prompt_tokens"] == counted
+
+
+def test_a_bad_body_is_refused_naming_the_field(serve: Any) -> None:
+    with serve() as base:
+        assert_error(httpx.post(f"{base}/apply-template", json={"messages": []}), 422, param="messages")
+        assert_error(httpx.post(f"{base}/apply-template", json={"messages": [{"role": "user", "content": "x"}],
+                                                                "add_generation_prompt": "maybe"}),
+                     422, param="add_generation_prompt")
+        assert_error(httpx.post(f"{base}/chat/completions/input_tokens", json={"messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}),
+            400, param="messages")
