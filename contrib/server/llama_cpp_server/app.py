@@ -33,7 +33,7 @@ from .llama_server_completion import (NativeCompletionRequest, NativeShaper, gen
                      native_with_server_defaults)
 from .llama_server_embeddings import NativeEmbeddingRequest, embedding_inputs, native_embeddings
 from .llama_server_infill import NativeInfillRequest, infill_prompt
-from .llama_server_props import props
+from .llama_server_props import post_props, props
 from .llama_server_template import apply_template, input_tokens
 from .llama_server_text import mixed_tokens, pieces_text, token_piece
 from .slots import slot_action, slot_list
@@ -322,9 +322,14 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                           "audio": bool(handler is not None and getattr(handler, "is_support_audio", bool)())}
             return props(llm, served.name, served.settings.model or "", llm.scheduler.ctx.n_seq_max, modalities,
                          generation_settings(native_with_server_defaults(NativeCompletionRequest(prompt=""),
-                                                                         server)), server.slots_endpoint)
+                                                                         server)), server.slots_endpoint,
+                         server.props_endpoint)
         finally:
             lease.release()
+
+    @app.post("/props", dependencies=keyed, include_in_schema=False)
+    async def post_props_route(request: Request) -> Any:
+        return post_props(server.props_endpoint, await request.body())
 
     # -- llama-server's and the reference's extras --------------------------------------------------
     async def _tokenize(body: TokenizeRequest, add_special: bool) -> tuple[list[int], Any]:

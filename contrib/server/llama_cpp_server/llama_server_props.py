@@ -1,14 +1,17 @@
-"""llama-server's ``GET /props``: what a client reads before it sends anything."""
+"""llama-server's ``GET /props`` (what a client reads before it sends anything) and ``POST /props``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import llama_cpp_native
 
+from .errors import APIError
+
 
 def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str, bool],
-          settings: dict[str, Any], slots_endpoint: bool) -> dict[str, Any]:
+          settings: dict[str, Any], slots_endpoint: bool, props_endpoint: bool) -> dict[str, Any]:
     """llama-server's ``GET /props``: a request's default settings (its ``params``, which lack the per-request
     lists), the per-sequence context, the sequences, the model and its chat template."""
     params = {key: value for key, value in settings.items()
@@ -20,8 +23,28 @@ def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str
 
     return {"default_generation_settings": {"n_ctx": llm.scheduler.ctx.n_ctx_seq, "params": params},
             "total_slots": n_seq, "model_alias": name, "model_path": model_path, "modalities": modalities,
-            "endpoint_slots": slots_endpoint, "endpoint_props": False, "endpoint_metrics": True,
+            "endpoint_slots": slots_endpoint, "endpoint_props": props_endpoint, "endpoint_metrics": True,
             "chat_template": llm.metadata.get("tokenizer.chat_template", ""),
             "bos_token": piece(llm.token_bos()), "eos_token": piece(llm.token_eos()),
             "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
             "is_sleeping": False}
+
+
+def post_props(enabled: bool, body: bytes) -> dict[str, Any]:
+    """llama-server's ``POST /props``: 501 unless the server was started with it (``props_endpoint``, its
+    ``--props``), else ``{"success": true}``.  llama-server's changes no property (its handler has none to
+    change at the pinned source) and ignores the body; here a property named in the body is a 400 naming it,
+    so that a client never believes it changed something that stays as it was."""
+    if not enabled:
+        raise APIError(501, "this server does not change properties through POST /props (start it with "
+                       "props_endpoint: true, llama-server's --props)")
+    try:
+        fields = json.loads(body) if body.strip() else {}
+    except ValueError:
+        raise APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(fields, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_body")
+    for name in fields:
+        raise APIError(400, f"{name}: not a property POST /props can change (llama-server changes none; "
+                       "GET /props shows them)", param=str(name))
+    return {"success": True}

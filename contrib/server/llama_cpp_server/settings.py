@@ -300,6 +300,8 @@ class ServerSettings(BaseModel):
     disable_ping_events: bool = Field(False, description="no ': ping' comment every 15 s in event streams "
                                                          "(some clients cannot read comments)")
     slots_endpoint: bool = Field(True, description="serve GET /slots (llama-server's --slots / --no-slots)")
+    props_endpoint: bool = Field(False, description="answer POST /props (llama-server's --props): it changes "
+                                                    "nothing, as llama-server's changes nothing; off: 501")
     slot_save_path: str | None = Field(None, description="the folder POST /slots/{id}?action=save|restore reads "
                                                          "and writes (llama-server's --slot-save-path); none: 501")
     # request defaults for what a request leaves out (llama-server's --temp, --top-k, --top-p, --min-p, -n);
