@@ -323,7 +323,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             return props(llm, served.name, served.settings.model or "", llm.scheduler.ctx.n_seq_max, modalities,
                          generation_settings(native_with_server_defaults(NativeCompletionRequest(prompt=""),
                                                                          server)), server.slots_endpoint,
-                         server.props_endpoint)
+                         server.props_endpoint, served.settings.chat_template)
         finally:
             lease.release()
 

@@ -60,6 +60,34 @@ def _lora(value: str) -> list[str]:
     return ["--lora_path", value]
 
 
+# llama-server's built-in template names (llama.cpp's LLM_CHAT_TEMPLATES) that name a chat format here
+CHAT_TEMPLATE_NAMES = {"chatml": "chatml", "llama2": "llama-2", "llama3": "llama-3", "llama4": "llama-4",
+                       "zephyr": "zephyr", "vicuna": "vicuna", "openchat": "openchat", "chatglm3": "chatglm3",
+                       "gemma": "gemma"}
+
+
+def _chat_template(value: str, flag: str = "--chat-template") -> list[str]:
+    """A built-in template's name as the chat format it names here, or a Jinja template's text as the
+    ``chat_template`` setting (rendered in place of the model's).  A name this server has no format for is
+    refused with the names it has: llama-server (with its default ``--jinja``) would render the name itself
+    as a template's text, the same words for every conversation."""
+    if value in CHAT_TEMPLATE_NAMES:
+        return ["--chat_format", CHAT_TEMPLATE_NAMES[value]]
+    if "{{" in value or "{%" in value:
+        return ["--chat_template", value]
+    raise SystemExit(f"{flag}: {value!r} is neither a Jinja template nor a template name this server knows; "
+                     f"names: {', '.join(sorted(CHAT_TEMPLATE_NAMES))} (or --chat_format with one of this "
+                     "server's chat formats)")
+
+
+def _chat_template_file(value: str) -> list[str]:
+    try:
+        text = Path(value).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"--chat-template-file: cannot read {value!r}: {exc}") from None
+    return _chat_template(text.strip() if text.strip() in CHAT_TEMPLATE_NAMES else text, "--chat-template-file")
+
+
 def _setting(name: str) -> Callable[[str], list[str]]:
     return lambda value: [f"--{name}", value]
 
@@ -91,6 +119,8 @@ for _names, _make in (
     (("-s", "--seed"), _setting("seed")),
     (("-to", "--timeout"), _setting("request_timeout")),
     (("--slot-save-path",), _setting("slot_save_path")),
+    (("--chat-template",), _chat_template),
+    (("--chat-template-file",), _chat_template_file),
     (("-n", "--predict", "--n-predict"), _default("max_tokens")),
     (("--temp", "--temperature"), _default("temperature")),
     (("--top-k",), _default("top_k")),
@@ -118,8 +148,6 @@ _REFUSED = {
     "--no-jinja": "chat templates are always rendered by Jinja here",
     "-nocb": "continuous batching is how this server runs", "--no-cont-batching": "continuous batching is how "
                                                                                "this server runs",
-    "--chat-template": "give a chat format name with --chat_format (a template's text is not taken yet)",
-    "--chat-template-file": "give a chat format name with --chat_format (a template file is not taken yet)",
     "--reasoning-format": "reasoning_content is not implemented here yet",
     "--reasoning-budget": "set reasoning_budget per request",
 }

@@ -35,20 +35,25 @@ log = logging.getLogger("llama_cpp_server")
 # policy added for a projector).
 NOT_PASSED = frozenset({
     "model", "model_alias", "hf_repo", "hf_file", "hf_model_repo_id", "mmproj_path", "clip_model_path",
-    "chat_format", "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "cache", "cache_type",
+    "chat_format", "chat_template", "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "cache", "cache_type",
     "cache_size", "embedding", "flash_attn", "draft_model", "draft_model_num_pred_tokens", "scheduling_policy",
 })
 PASSED = tuple(name for name in ModelSettings.model_fields if name not in NOT_PASSED)
 
 
 def _chat_kwargs(model: ModelSettings) -> dict[str, Any]:
-    """``chat_format``, or for the reference's Hugging Face formats the handler (and tokenizer) they stand for."""
+    """``chat_format``, a Jinja template given as text (``chat_template``: its handler), or for the reference's
+    Hugging Face formats the handler (and tokenizer) they stand for."""
     kwargs: dict[str, Any] = {}
     if model.hf_pretrained_model_name_or_path is not None:  # the reference loads it whatever the chat format
         from llama_cpp.llama_tokenizer import LlamaHFTokenizer
 
         kwargs["tokenizer"] = LlamaHFTokenizer.from_pretrained(model.hf_pretrained_model_name_or_path)
-    if model.chat_format == "hf-autotokenizer":
+    if model.chat_template is not None and model.mmproj_path is None:  # with a projector: the handler's option
+        from llama_cpp.llama_chat_format import ChatTemplateHandler
+
+        kwargs["chat_handler"] = ChatTemplateHandler(model.chat_template)
+    elif model.chat_format == "hf-autotokenizer":
         from llama_cpp.llama_chat_format import hf_autotokenizer_to_chat_completion_handler
 
         kwargs["chat_handler"] = hf_autotokenizer_to_chat_completion_handler(model.hf_pretrained_model_name_or_path)
@@ -76,6 +81,8 @@ def llama_kwargs(model: ModelSettings, server: ServerSettings) -> dict[str, Any]
         kwargs["mmproj_path"] = model.mmproj_path
         kwargs["chat_handler_kwargs"] = {"verbose": model.verbose, **(model.chat_handler_kwargs or {}),
                                          "media_policy": policy}
+        if model.chat_template is not None:  # the generic handler's explicit template
+            kwargs["chat_handler_kwargs"]["chat_format"] = model.chat_template
     return kwargs
 
 

@@ -81,6 +81,9 @@ class ModelSettings(BaseModel):
     chat_format: str | None = Field(None, description="a named chat format or multimodal family (default: the "
                                                       "model's template); hf-autotokenizer and "
                                                       "hf-tokenizer-config use the two settings below")
+    chat_template: str | None = Field(None, description="a Jinja chat template's text, rendered in place of the "
+                                                        "model's (llama-server's --chat-template, "
+                                                        "--chat-template-file)")
     hf_pretrained_model_name_or_path: str | None = Field(
         None, description="a Hugging Face tokenizer (name or folder, as AutoTokenizer.from_pretrained takes): "
                           "the model's tokenizer, and its template with chat_format hf-autotokenizer "
@@ -228,6 +231,12 @@ class ModelSettings(BaseModel):
             raise ValueError("model and hf_repo both name the model: a local file, or hf_repo with hf_file")
         if (self.hf_repo is None) != (self.hf_file is None):
             raise ValueError("hf_repo and hf_file go together")
+        if self.chat_template is not None:
+            if not self.chat_template.strip():
+                raise ValueError("chat_template is empty: give a Jinja template's text")
+            for other in ("chat_format", "chat_template_name", "hf_tokenizer_config_path"):
+                if getattr(self, other) is not None:
+                    raise ValueError(f"chat_template and {other} both choose the chat template; use one")
         if self.hf_tokenizer_config_path is not None and self.chat_format is None:
             self.chat_format = "hf-tokenizer-config"
         needs = HF_CHAT_FORMATS.get(self.chat_format or "")

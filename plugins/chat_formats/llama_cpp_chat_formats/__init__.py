@@ -9,7 +9,8 @@ function-calling handlers ``chatml-function-calling``, ``functionary``,
 ``format_*`` functions (``format_llama2``, ``format_chatml``...), the handlers
 ``chatml_function_calling``, ``functionary_chat_handler`` and
 ``functionary_v1_v2_chat_handler``, the template constants (``CHATML_*``...)
-and ``guess_chat_format_from_gguf_metadata``; and ``complete_chat``, the
+and ``guess_chat_format_from_gguf_metadata``, with ``ChatTemplateHandler`` (a
+Jinja template given as text, llama-server's ``--chat-template``); and ``complete_chat``, the
 render-then-complete path (structured output, tools, streaming) for other
 plugins' handlers, and ``render_chat``, its rendering alone.
 """
@@ -25,7 +26,7 @@ from . import seed_templates
 from .formats import NAMED_FORMATS
 from .function_calling import format_chatml_function_calling
 from .functionary import DIALECTS, functionary_handler
-from .gguf_template import gguf_template_handler
+from .gguf_template import ChatTemplateHandler, gguf_template_handler  # noqa: F401 (ChatTemplateHandler: exported)
 from .handler import complete_chat, render_chat  # noqa: F401 (for handlers built on them: the multimodal plugin)
 from .handler import formatter_handler as chat_formatter_to_chat_completion_handler
 from .hf_tokenizer import (hf_autotokenizer_to_chat_completion_handler,  # noqa: F401 (exported)
@@ -55,7 +56,7 @@ globals().update({name: getattr(seed_templates, name) for name in _TEMPLATE_CONS
 globals().update({_seed_function_name(name): fn for name, fn in NAMED_FORMATS.items()})
 
 __llama_chat_format_exports__ = frozenset({
-    "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError",
+    "Jinja2ChatFormatter", "chat_formatter_to_chat_completion_handler", "TemplateError", "ChatTemplateHandler",
     "format_chatml_function_calling", "hf_autotokenizer_to_chat_formatter",
     "hf_autotokenizer_to_chat_completion_handler", "hf_tokenizer_config_to_chat_formatter",
     "hf_tokenizer_config_to_chat_completion_handler", "guess_chat_format_from_gguf_metadata",
