@@ -27,6 +27,7 @@ from . import bridge, errors, llama_server_timings, responses
 from .bridge import Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .choices import chat_choice_streams, chat_choices
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import render_metrics
 from .models import Lease, ModelPool
 from .llama_server_completion import (NativeCompletionRequest, NativeShaper, generation_settings, native_arguments,
@@ -385,7 +386,9 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
     @app.get("/metrics", dependencies=keyed, response_class=PlainTextResponse, responses=responses.METRICS)
     async def metrics() -> Any:
-        return PlainTextResponse(render_metrics(pool), media_type="text/plain; version=0.0.4")
+        # llama-server's headers: its content type (no charset) and when the process started
+        return Response(render_metrics(pool), headers={"Content-Type": METRICS_CONTENT_TYPE,
+                                                       "Process-Start-Time-Unix": str(int(app.state.started))})
 
     @app.get("/openapi.json", dependencies=keyed, include_in_schema=False)
     async def openapi_json(request: Request) -> Any:
