@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 
+from . import _chat_reasoning
 from ._chat_handlers import GGUF_TEMPLATE_FORMAT
 from ._llama_base import LlamaBase
 from .llama_chat_format import (ChatFormatterResponse, ChatPromptRenderer, LlamaChatCompletionHandlerNotFoundException,
@@ -111,8 +112,16 @@ class ChatAPI(LlamaBase):
         control_vector: dict[str, Any] | None = None,
         priority: int | None = None,
         tenant: str | None = None,
+        reasoning_format: str | None = None,
+        reasoning_effort: str | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """A chat completion in the OpenAI shape (chat.completion, or chunks with ``stream``).
+
+        ``reasoning_format`` (llama-server's ``none``, the default here, ``deepseek``, ``deepseek-legacy``,
+        ``auto``) splits a reasoning model's thinking into ``message.reasoning_content``
+        (``delta.reasoning_content`` streamed), with the markers of the family a plugin recognises in the
+        model (docs/chat.md); ``reasoning_effort`` reaches the template (``"none"``: ``enable_thinking``
+        false).
 
         Every keyword reaches the handler, including the sampler parameters,
         ``active_loras``/``control_vector`` and ``chat_template_kwargs`` (extra
@@ -129,7 +138,8 @@ class ChatAPI(LlamaBase):
         check_tools(tools, functions)
         sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
         handler, extra_request = self._resolve_chat_handler()
-        template_kwargs = {**self.chat_template_kwargs, **(chat_template_kwargs or {})}
+        template_kwargs = _chat_reasoning.template_variables(
+            {**self.chat_template_kwargs, **(chat_template_kwargs or {})}, reasoning_effort)
         request = dict(
             functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice, stream=stream,
             stop=stop, seed=seed, response_format=response_format, max_tokens=max_tokens, model=model,
@@ -142,8 +152,30 @@ class ChatAPI(LlamaBase):
         request.update((k, v) for k, v in (("logits_processor", logits_processor), ("stopping_criteria",
                        stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector))
                        if v is not None)
+
+        def render() -> str | None:
+            try:
+                return self.render_chat_prompt(
+                    messages, functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice,
+                    assistant_prefill=assistant_prefill, add_generation_prompt=add_generation_prompt,
+                    chat_template_kwargs=template_kwargs).prompt
+            except NotImplementedError:
+                return None
+
+        fmt, markers = _chat_reasoning.plan(self, reasoning_format, render, reasoning_budget >= 0)
+        if markers is not None:
+            _chat_reasoning.budget_markers(request, markers)
+            if fmt != "none" and grammar is None:
+                wrapped = _chat_reasoning.response_format_with_reasoning(response_format, markers)
+                if wrapped is not None:
+                    request["grammar"] = wrapped
         with tagged(priority, tenant):
-            return handler(llama=self, messages=messages, **request)
+            result = handler(llama=self, messages=messages, **request)
+        if markers is None or fmt == "none":
+            return result
+        if isinstance(result, dict):
+            return _chat_reasoning.split_completion(result, markers)
+        return _chat_reasoning.split_chunks(result, markers)
 
     def render_chat_prompt(
         self,

@@ -126,6 +126,8 @@ for _names, _make in (
     (("--top-k",), _default("top_k")),
     (("--top-p",), _default("top_p")),
     (("--min-p",), _default("min_p")),
+    (("--reasoning-format",), _setting("reasoning_format")),
+    (("--reasoning-budget",), _default("reasoning_budget")),
 ):
     for _name in _names:
         _VALUED[_name] = _make
@@ -148,8 +150,6 @@ _REFUSED = {
     "--no-jinja": "chat templates are always rendered by Jinja here",
     "-nocb": "continuous batching is how this server runs", "--no-cont-batching": "continuous batching is how "
                                                                                "this server runs",
-    "--reasoning-format": "reasoning_content is not implemented here yet",
-    "--reasoning-budget": "set reasoning_budget per request",
 }
 
 

@@ -25,9 +25,12 @@ def with_server_defaults(body: CompletionRequest | ChatRequest,
     the fields it did not set; a chat request's ``max_completion_tokens`` counts as setting ``max_tokens``."""
     given = body.model_fields_set | ({"max_tokens"} if "max_completion_tokens" in body.model_fields_set else set())
     limit = server.default_max_tokens
-    wanted = {"temperature": server.default_temperature, "top_k": server.default_top_k,
-              "top_p": server.default_top_p, "min_p": server.default_min_p,
-              "max_tokens": None if limit is None or limit < 0 else limit}  # -1: no limit, as when unset
+    wanted: dict[str, Any] = {"temperature": server.default_temperature, "top_k": server.default_top_k,
+                              "top_p": server.default_top_p, "min_p": server.default_min_p,
+                              "max_tokens": None if limit is None or limit < 0 else limit,  # -1: none, as unset
+                              "reasoning_budget": server.default_reasoning_budget}
+    if isinstance(body, ChatRequest):
+        wanted["reasoning_format"] = server.reasoning_format
     unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
     return body.model_copy(update=unset) if unset else body
 
@@ -74,11 +77,24 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: 
     return kwargs
 
 
+def template_kwargs(body: ChatRequest) -> dict[str, Any]:
+    """The template variables of a chat body, as llama-server hands them over: ``enable_thinking`` true
+    unless ``chat_template_kwargs`` or ``reasoning_effort: "none"`` turn it off, the other
+    ``reasoning_effort`` levels as the variable of that name, then the body's ``chat_template_kwargs``."""
+    kwargs: dict[str, Any] = {"enable_thinking": True, **(body.chat_template_kwargs or {})}
+    if body.reasoning_effort == "none":
+        kwargs["enable_thinking"] = False
+        kwargs.pop("reasoning_effort", None)
+    elif body.reasoning_effort:
+        kwargs["reasoning_effort"] = body.reasoning_effort
+    return kwargs
+
+
 def chat_prompt_arguments(body: ChatRequest) -> dict[str, Any]:
     """The keywords of a chat body that shape its prompt (``Llama.render_chat_prompt``'s): what the chat
     route renders and what ``/apply-template`` shows are made of the same ones."""
     return dict(messages=body.messages, functions=body.functions, function_call=body.function_call,
-                tools=body.tools, tool_choice=body.tool_choice, chat_template_kwargs=body.chat_template_kwargs,
+                tools=body.tools, tool_choice=body.tool_choice, chat_template_kwargs=template_kwargs(body),
                 add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill)
 
 
@@ -90,7 +106,8 @@ def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     kwargs.update(**chat_prompt_arguments(body), response_format=body.response_format,
                   logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
-                  stop=body.stop, model=model, priority=body.priority, tenant=tenant)
+                  stop=body.stop, model=model, priority=body.priority, tenant=tenant,
+                  reasoning_format=body.reasoning_format)
     return [{**kwargs, "seed": choice_seed(kwargs.get("seed"), j)} for j in range(body.n)]
 
 

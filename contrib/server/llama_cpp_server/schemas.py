@@ -109,7 +109,11 @@ class ChatRequest(_Generation):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     assistant_prefill: bool = False
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = Field(None, description="given to the template (gpt-oss reads it); 'none': "
+                                                           "enable_thinking false, as llama-server")
+    reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = Field(
+        None, description="llama-server's: the thinking of a reasoning model in message.reasoning_content "
+                          "(none: left in content); default: the server's reasoning_format")
     modalities: list[str] | None = None
 
 

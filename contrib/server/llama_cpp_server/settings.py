@@ -321,6 +321,11 @@ class ServerSettings(BaseModel):
     default_min_p: float | None = Field(None, ge=0.0, le=1.0, description="the min_p of requests that set none")
     default_max_tokens: int | None = Field(None, ge=-1, description="the token limit of requests that set none "
                                                                      "(-1: up to the end of the context)")
+    default_reasoning_budget: int | None = Field(None, ge=-1, description="the reasoning_budget of requests that "
+                                                 "set none (llama-server's --reasoning-budget; -1: unlimited)")
+    reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] = Field(
+        "auto", description="the reasoning_format of chat requests that set none (llama-server's "
+                            "--reasoning-format): the thinking of a reasoning model in reasoning_content")
     interrupt_requests: bool = Field(True, description="the reference's switch to cut a running stream short "
                                                        "when another request comes; accepted, no effect: "
                                                        "requests run side by side, none waits for another")

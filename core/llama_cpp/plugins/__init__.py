@@ -2,7 +2,8 @@
 
 from .hookspecs import hookimpl, hookspec
 from .host import PluginHost, PluginInfo, get_host, seed_exports
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
+from .records import (CacheStrategy, ChatFormat, MultimodalHandler, ReasoningFamily, SamplerStage, SchedulingPolicy,
+                      SpeculativeEngine)
 
 __all__ = [
     "CacheStrategy",
@@ -10,6 +11,7 @@ __all__ = [
     "MultimodalHandler",
     "PluginHost",
     "PluginInfo",
+    "ReasoningFamily",
     "SamplerStage",
     "SchedulingPolicy",
     "SpeculativeEngine",

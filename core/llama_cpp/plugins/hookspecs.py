@@ -19,7 +19,8 @@ from typing import Iterable, Mapping
 
 import pluggy
 
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
+from .records import (CacheStrategy, ChatFormat, MultimodalHandler, ReasoningFamily, SamplerStage, SchedulingPolicy,
+                      SpeculativeEngine)
 
 PROJECT = "llama_cpp"
 
@@ -155,4 +156,23 @@ def llama_cpp_scheduling_policies() -> Iterable[SchedulingPolicy]:
         @llama_cpp.hookimpl
         def llama_cpp_scheduling_policies():
             return [SchedulingPolicy(name="shortest-prompt-first", factory=ShortestPromptFirst)]
+    """
+
+
+@hookspec
+def llama_cpp_reasoning_families() -> Iterable[ReasoningFamily]:
+    """Families of reasoning models: the markers of their thinking, and how to recognise a model of theirs.
+
+    ``create_chat_completion(reasoning_format="auto")`` (and the server's ``reasoning_format``) asks every
+    family, in ``order``, whether the model is theirs (``detect`` gets the chat template and a vocabulary
+    lookup, :class:`llama_cpp.reasoning.TemplateFacts`); the first that is splits the thinking of each reply
+    into ``message.reasoning_content`` (``delta.reasoning_content`` when streamed).  How a plugin teaches the
+    library a new model family's thinking markers.
+
+    Example::
+
+        @llama_cpp.hookimpl
+        def llama_cpp_reasoning_families():
+            return [ReasoningFamily(name="my-family", start="<reason>", end="</reason>",
+                                    detect=lambda facts: "<reason>" in facts.template)]
     """

@@ -25,7 +25,8 @@ import attrs
 import pluggy
 
 from . import hookspecs
-from .records import CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy, SpeculativeEngine
+from .records import (CacheStrategy, ChatFormat, MultimodalHandler, ReasoningFamily, SamplerStage, SchedulingPolicy,
+                      SpeculativeEngine)
 
 GROUP = hookspecs.PROJECT
 DISABLE_ENV = "LLAMA_CPP_DISABLE_PLUGIN_AUTOLOAD"
@@ -48,6 +49,7 @@ _KINDS: dict[type, tuple[str, str]] = {
     SpeculativeEngine: ("llama_cpp_speculative_engines", "speculative engine"),
     CacheStrategy: ("llama_cpp_cache_strategies", "cache strategy"),
     SchedulingPolicy: ("llama_cpp_scheduling_policies", "scheduling policy"),
+    ReasoningFamily: ("llama_cpp_reasoning_families", "reasoning family"),
 }
 
 

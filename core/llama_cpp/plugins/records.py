@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the contracts the factories build (their modules import thi
     from ..llama_cache import PromptCache
     from ..llama_chat_format import LlamaChatCompletionHandler
     from ..llama_speculative import LlamaSpecEngine
+    from ..reasoning import TemplateFacts
     from ..sampling import ChainContext
 
 
@@ -95,4 +96,28 @@ class SchedulingPolicy:
     description: str = ""
 
 
-RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy, SchedulingPolicy)
+@attrs.frozen
+class ReasoningFamily:
+    """How one family of reasoning models marks its thinking in a reply, and how to recognise the family.
+
+    A reply of such a model begins with a block of thinking between ``start`` and ``end`` (``<think>`` and
+    ``</think>``; gpt-oss's ``<|channel|>analysis<|message|>`` and ``<|end|>``), then its answer, which some
+    families introduce with ``content_start`` (gpt-oss's ``<|start|>assistant<|channel|>final<|message|>``,
+    dropped from the answer).  ``detect(facts)`` says from the model's chat template and vocabulary
+    (:class:`llama_cpp.reasoning.TemplateFacts`) whether the model is one of the family; the families are
+    asked in ``order`` (lower first) and the first that answers yes splits the model's replies
+    (``reasoning_format``, docs/chat.md).  A template that ends its generation prompt with ``start`` opens
+    the block itself: the reply then begins inside it.
+    """
+
+    name: str = attrs.field(validator=_valid_name)
+    start: str = attrs.field(validator=attrs.validators.min_len(1))
+    end: str = attrs.field(validator=attrs.validators.min_len(1))
+    detect: Callable[[TemplateFacts], bool]
+    content_start: str = ""
+    order: float = 0.0
+    description: str = ""
+
+
+RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy, SchedulingPolicy,
+                ReasoningFamily)

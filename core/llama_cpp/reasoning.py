@@ -1,0 +1,142 @@
+"""Reasoning content: which ``reasoning_format`` a chat asks for, and which family's markers the model uses.
+
+Reasoning models (DeepSeek-R1 distills, Qwen3, gpt-oss, Gemma 4, Magistral) begin a reply with their
+thinking between markers.  OpenAI-style clients show it apart when it comes as ``reasoning_content``, as
+llama-server, vLLM and Ollama send it.  ``reasoning_format`` takes llama-server's names:
+
+* ``none``: nothing is split, the thinking stays in ``content`` with its markers;
+* ``deepseek``, ``auto``: the first reasoning block goes to ``reasoning_content``, without its markers;
+* ``deepseek-legacy``: the same at the pinned llama.cpp (its server sets ``reasoning_in_content`` for a
+  stream but no parser reads it any more), so the same here.
+
+The markers come from the reasoning families the plugins register
+(:class:`llama_cpp.plugins.ReasoningFamily`, hook ``llama_cpp_reasoning_families``): each family is asked,
+with the model's chat template and a vocabulary lookup (:class:`TemplateFacts`), whether the model is
+theirs.  The core knows no family; the built-in ones are the reasoning plugin's.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+import attrs
+
+from .reasoning_split import Markers
+
+if TYPE_CHECKING:
+    from .plugins.records import ReasoningFamily
+
+REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
+
+
+def check_reasoning_format(value: object, name: str = "reasoning_format") -> str:
+    """``value`` if it is one of llama-server's reasoning formats; a ValueError naming them otherwise."""
+    if not isinstance(value, str) or value not in REASONING_FORMATS:
+        allowed = ", ".join(repr(f) for f in REASONING_FORMATS)
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+@attrs.frozen
+class TemplateFacts:
+    """What a family's ``detect`` is told about a model: its chat template's source (``""`` without one)
+    and ``is_token(text)``, whether ``text`` is one token of its vocabulary (a special token such as
+    ``<think>`` or ``[THINK]``, which a model trained on the markers has)."""
+
+    template: str
+    is_token: Callable[[str], bool] = attrs.field(default=lambda text: False, repr=False)
+
+    def mentions(self, *texts: str) -> bool:
+        """Whether the template's source contains every one of ``texts``."""
+        return all(text in self.template for text in texts)
+
+
+def template_facts(llama: Any, template: str | None = None) -> TemplateFacts:
+    """The facts of ``llama``'s model: ``template`` (default: its GGUF ``tokenizer.chat_template``) and a
+    lookup that tokenizes a text with special tokens parsed and asks whether it came out as one token."""
+    if template is None:
+        template = str(llama.metadata.get("tokenizer.chat_template") or "")
+
+    def is_token(text: str) -> bool:
+        try:
+            return len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)) == 1
+        except Exception:  # noqa: BLE001 - a vocabulary that cannot tokenize the text does not hold it
+            return False
+
+    return TemplateFacts(template=template, is_token=is_token)
+
+
+def families() -> list[ReasoningFamily]:
+    """Every registered reasoning family, in the order they are asked (``order``, then name)."""
+    from .plugins import get_host
+    from .plugins.records import ReasoningFamily
+
+    return sorted(get_host().records(ReasoningFamily).values(), key=lambda f: (f.order, f.name))
+
+
+def detect_family(facts: TemplateFacts) -> ReasoningFamily | None:
+    """The first family whose ``detect`` claims a model with these facts; None if none does."""
+    for family in families():
+        if family.detect(facts):
+            return family
+    return None
+
+
+_detected: weakref.WeakKeyDictionary[Any, dict[str, ReasoningFamily | None]] = weakref.WeakKeyDictionary()
+
+
+def model_family(llama: Any, template: str | None = None) -> ReasoningFamily | None:
+    """:func:`detect_family` for ``llama``'s model (and ``template``, default its own), asked once per model
+    and template: the answer depends on nothing else."""
+    facts = template_facts(llama, template)
+    per_model = _detected.setdefault(llama, {})
+    if facts.template not in per_model:
+        per_model[facts.template] = detect_family(facts)
+    return per_model[facts.template]
+
+
+def opens_in_prompt(prompt: str, family: ReasoningFamily) -> bool:
+    """Whether a rendered prompt ends inside an opened block (the template wrote ``start`` last: Qwen3's
+    and DeepSeek-R1's thinking templates), so that the reply begins with thinking and no ``start``."""
+    return prompt.rstrip().endswith(family.start.strip())
+
+
+_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r"}
+
+
+def space_after(template: str, marker: str) -> str:
+    """The most whitespace the template writes right after ``marker`` (a Jinja string's ``\\n`` escapes
+    read as the newlines they render): what a reply may repeat after the marker, dropped with it."""
+    best, at = "", template.find(marker)
+    while at >= 0:
+        i, space = at + len(marker), []
+        while i < len(template):
+            if template[i] in " \t\r\n":
+                space.append(template[i])
+                i += 1
+            elif template[i:i + 2] in _ESCAPES:
+                space.append(_ESCAPES[template[i:i + 2]])
+                i += 2
+            else:
+                break
+        if len(space) > len(best):
+            best = "".join(space)
+        at = template.find(marker, at + 1)
+    return best
+
+
+def markers_for(family: ReasoningFamily, template: str, prompt: str | None) -> Markers:
+    """The markers of a reply of ``family``'s model to ``prompt`` (None when the handler cannot show its
+    prompt: then the block is taken to open in the reply)."""
+    opened = prompt is not None and opens_in_prompt(prompt, family)
+    opened_with = ""
+    if opened and prompt is not None:
+        opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
+    return Markers(start=family.start, end=family.end, content_start=family.content_start,
+                   start_space=space_after(template, family.start), end_space=space_after(template, family.end),
+                   opened=opened, opened_with=opened_with)
+
+
+__all__ = ["REASONING_FORMATS", "Markers", "TemplateFacts", "check_reasoning_format", "detect_family", "families",
+           "markers_for", "model_family", "opens_in_prompt", "space_after", "template_facts"]

@@ -1,0 +1,104 @@
+"""A structured-output grammar that lets a reasoning model think first.
+
+``response_format`` constrains the reply from its first token, which would forbid the thinking block of
+a reasoning model (or, with the block opened by the prompt, force the JSON into it).  With reasoning
+content split out, the response format's grammar is given a prefix: an optional thinking block (the
+rest of an opened one), any text without the end marker, then the end marker and a little whitespace,
+then the original grammar.  llama-server builds its response-format grammar the same way.  A user's own
+``grammar`` is left as it is, as llama-server leaves it: it constrains the whole reply.
+
+The "any text without the end marker" rule is the automaton that matches a marker (Knuth-Morris-Pratt),
+written as GBNF rules: one per character of the marker matched so far.
+"""
+
+from __future__ import annotations
+
+from .llama_grammar import LlamaGrammar
+from .reasoning_split import Markers
+
+ROOT = "reasoning-root"
+_PREFIX = "reasoning-"
+
+
+def _literal(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _class_char(ch: str) -> str:
+    if ch in "]\\^-[":
+        return "\\" + ch
+    if ch == "\n":
+        return "\\n"
+    if ch == "\r":
+        return "\\r"
+    if ch == "\t":
+        return "\\t"
+    if ord(ch) < 0x20:
+        return f"\\x{ord(ch):02x}"
+    return ch
+
+
+def _next_state(marker: str, matched: int, ch: str) -> int:
+    """How much of ``marker`` is matched after ``ch`` follows ``matched`` matched characters."""
+    text = marker[:matched] + ch
+    for k in range(min(len(text), len(marker)), 0, -1):
+        if text.endswith(marker[:k]):
+            return k
+    return 0
+
+
+def text_without(name: str, marker: str) -> list[str]:
+    """GBNF rules: ``name`` matches any text that does not contain ``marker``."""
+    rules = []
+    for i in range(len(marker)):
+        state = name if i == 0 else f"{name}-{i}"
+        alternatives = []
+        seen = set()
+        if i + 1 < len(marker):  # the next character of the marker: one further (the last one is refused)
+            alternatives.append(f"{_literal(marker[i])} {name}-{i + 1}")
+        seen.add(marker[i])
+        for ch in dict.fromkeys(marker):  # other characters of the marker may restart a partial match
+            if ch in seen:
+                continue
+            k = _next_state(marker, i, ch)
+            if k > 0:
+                alternatives.append(f"{_literal(ch)} {name if k == 0 else f'{name}-{k}'}")
+                seen.add(ch)
+        excluded = "".join(_class_char(c) for c in sorted(seen))
+        alternatives.append(f"[^{excluded}] {name}")
+        rules.append(f"{state} ::= ({' | '.join(alternatives)})?")
+    return rules
+
+
+def with_reasoning_prefix(grammar: LlamaGrammar, markers: Markers) -> LlamaGrammar:
+    """``grammar`` after an optional thinking block (the rest of the block when the prompt opened it)."""
+    body = _PREFIX + "body"
+    space = f"{_PREFIX}space"
+    end = _literal(markers.end)
+    if markers.content_start:
+        end += f" {space} ({_literal(markers.content_start)})?"
+    if markers.opened:
+        block = f"{body} {end}"
+    else:
+        block = f"({_literal(markers.start)} {body} {end})?"
+    rules = [f"{ROOT} ::= {block} {space} {grammar.root}", f"{space} ::= [ \\t\\n\\r]{{0,20}}",
+             *text_without(body, markers.end)]
+    return LlamaGrammar(_grammar=grammar.grammar.rstrip() + "\n" + "\n".join(rules) + "\n", _root=ROOT)
+
+
+__all__ = ["ROOT", "text_without", "with_reasoning_prefix"]

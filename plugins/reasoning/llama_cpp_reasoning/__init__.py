@@ -1,0 +1,53 @@
+"""The reasoning families of llama_cpp, as a plugin.
+
+Each family is a :class:`llama_cpp.plugins.ReasoningFamily`: the markers of its thinking and a
+``detect`` that recognises its models from the chat template (what llama.cpp's chat parsers key on) or
+the vocabulary (a model trained on the markers has them as tokens).  They are asked in ``order``: the
+families with markers of their own first, ``<think>`` last, since other families' templates may mention
+it in passing.
+"""
+
+from __future__ import annotations
+
+from llama_cpp import hookimpl
+from llama_cpp.plugins import ReasoningFamily
+from llama_cpp.reasoning import TemplateFacts
+
+
+def is_gpt_oss(facts: TemplateFacts) -> bool:
+    """gpt-oss's harmony format: its templates, and only theirs, write ``<|channel|>``."""
+    return facts.mentions("<|channel|>")
+
+
+def is_gemma4(facts: TemplateFacts) -> bool:
+    """Gemma 4 thinks in a ``thought`` channel: ``<|channel>thought`` ... ``<channel|>``."""
+    return facts.mentions("<|channel>thought") or (facts.is_token("<|channel>") and facts.is_token("<channel|>"))
+
+
+def is_mistral(facts: TemplateFacts) -> bool:
+    """Magistral and Ministral 3 Reasoning: ``[THINK]`` ... ``[/THINK]``."""
+    return facts.mentions("[THINK]") or (facts.is_token("[THINK]") and facts.is_token("[/THINK]"))
+
+
+def is_think(facts: TemplateFacts) -> bool:
+    """DeepSeek-R1 (and its distills), Qwen3, QwQ, SmolLM3...: a ``<think>`` block."""
+    return (facts.mentions("<think>") or facts.mentions("</think>")
+            or (facts.is_token("<think>") and facts.is_token("</think>")))
+
+
+@hookimpl
+def llama_cpp_reasoning_families() -> list[ReasoningFamily]:
+    return [
+        ReasoningFamily(name="gpt-oss", start="<|channel|>analysis<|message|>", end="<|end|>",
+                        content_start="<|start|>assistant<|channel|>final<|message|>", detect=is_gpt_oss, order=10,
+                        description="gpt-oss: the analysis channel, then the final one"),
+        ReasoningFamily(name="gemma4", start="<|channel>thought", end="<channel|>", detect=is_gemma4, order=20,
+                        description="Gemma 4: the thought channel"),
+        ReasoningFamily(name="mistral", start="[THINK]", end="[/THINK]", detect=is_mistral, order=30,
+                        description="Magistral, Ministral 3 Reasoning: [THINK] ... [/THINK]"),
+        ReasoningFamily(name="think", start="<think>", end="</think>", detect=is_think, order=100,
+                        description="DeepSeek-R1, Qwen3, QwQ, SmolLM3...: <think> ... </think>"),
+    ]
+
+
+__all__ = ["is_gemma4", "is_gpt_oss", "is_mistral", "is_think"]
