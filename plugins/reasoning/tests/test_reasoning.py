@@ -1,0 +1,155 @@
+"""Reasoning content on tiny models with each family's real template (the pinned source's), the reply
+forced by a grammar: the thinking in reasoning_content, the answer in content, streamed and not; a tool
+call after the thinking; reasoning_format="none" leaves everything in content."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp.llama_grammar import LlamaGrammar
+from llama_cpp.reasoning import TemplateFacts, detect_family
+from llama_cpp.reasoning_split import Markers, ReasoningSplitter, split_reasoning
+from llama_cpp.testing import llama_cpp_source_dir
+
+# family -> (template file of the pinned source, the forced reply)
+FAMILIES = {
+    "think": ("Qwen-Qwen3-0.6B.jinja", "<think>abc</think>answer"),
+    "gpt-oss": ("openai-gpt-oss-120b.jinja",
+                "<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>answer"),
+    "gemma4": ("google-gemma-4-31B-it.jinja", "<|channel>thought\nabc<channel|>answer"),
+    "mistral": ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]abc[/THINK]answer"),
+}
+HI = [{"role": "user", "content": "hi"}]
+
+
+def template(name: str) -> str:
+    return (llama_cpp_source_dir() / "models" / "templates" / name).read_text()
+
+
+@pytest.fixture(scope="module")
+def model_of(tiny_model_factory: Callable[..., Path]) -> Callable[[str], Llama]:
+    made: dict[str, Llama] = {}
+
+    def get(family: str) -> Llama:
+        if family not in made:
+            path = tiny_model_factory(chat_template=template(FAMILIES[family][0]))
+            made[family] = Llama(str(path), n_ctx=512, verbose=False)
+        return made[family]
+
+    yield get
+    for llm in made.values():
+        llm.close()
+
+
+def forced(text: str) -> LlamaGrammar:
+    return LlamaGrammar.from_string("root ::= " + json.dumps(text), verbose=False)
+
+
+def streamed(chunks: Any) -> tuple[str, str, list[str]]:
+    """(reasoning, content, the order of the delta kinds) of a stream."""
+    reasoning, content, order = "", "", []
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"]
+        for key in ("reasoning_content", "content"):
+            if delta.get(key):
+                if not order or order[-1] != key:
+                    order.append(key)
+        reasoning += delta.get("reasoning_content") or ""
+        content += delta.get("content") or ""
+    return reasoning, content, order
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_family_is_detected_from_its_template(family: str) -> None:
+    found = detect_family(TemplateFacts(template=template(FAMILIES[family][0])))
+    assert found is not None and found.name == family
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("fmt", ["deepseek", "auto", "deepseek-legacy"])
+def test_thinking_goes_to_reasoning_content(model_of: Callable[[str], Llama], family: str, fmt: str) -> None:
+    llm, reply = model_of(family), FAMILIES[family][1]
+    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, reasoning_format=fmt)
+    message = out["choices"][0]["message"]
+    assert message["reasoning_content"] == "abc" and message["content"] == "answer"
+    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64,
+                                        reasoning_format=fmt, stream=True)
+    assert streamed(chunks) == ("abc", "answer", ["reasoning_content", "content"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_none_leaves_everything_in_content(model_of: Callable[[str], Llama], family: str) -> None:
+    llm, reply = model_of(family), FAMILIES[family][1]
+    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, reasoning_format="none")
+    assert out["choices"][0]["message"] == {"role": "assistant", "content": reply}
+    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, stream=True)
+    assert streamed(chunks) == ("", reply, ["content"])  # the library's default is none
+
+
+TOOLS = [{"type": "function", "function": {"name": "get", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}}}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_after_the_thinking_is_parsed(model_of: Callable[[str], Llama], stream: bool) -> None:
+    reply = '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>'
+    out = model_of("think").create_chat_completion(HI, tools=TOOLS, grammar=forced(reply), temperature=0,
+                                                   max_tokens=64, reasoning_format="auto", stream=stream)
+    if not stream:
+        message = out["choices"][0]["message"]
+        assert message["reasoning_content"] == "abc"
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["get"]
+        assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": 1}
+        assert out["choices"][0]["finish_reason"] == "tool_calls"
+        return
+    chunks = list(out)
+    assert streamed(chunks)[0] == "abc"
+    calls = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls") or []]
+    assert calls and calls[0]["function"]["name"] == "get"
+
+
+def test_a_json_response_format_comes_after_the_thinking(model_of: Callable[[str], Llama]) -> None:
+    out = model_of("think").create_chat_completion(HI, response_format={"type": "json_object"}, temperature=0,
+                                                   max_tokens=40, reasoning_format="auto")
+    content = out["choices"][0]["message"]["content"]
+    assert content.lstrip().startswith("{")
+
+
+def test_a_bad_reasoning_format_names_the_allowed_values(model_of: Callable[[str], Llama]) -> None:
+    with pytest.raises(ValueError, match="reasoning_format must be one of 'none', 'deepseek', 'deepseek-legacy'"):
+        model_of("think").create_chat_completion(HI, max_tokens=1, reasoning_format="think")
+
+
+def test_reasoning_effort_reaches_the_template(model_of: Callable[[str], Llama]) -> None:
+    llm = model_of("gpt-oss")
+    prompt = llm.render_chat_prompt(HI, chat_template_kwargs={"reasoning_effort": "high"}).prompt
+    assert "Reasoning: high" in prompt
+
+
+MARKERS = Markers(start="<think>", end="</think>", start_space="\n", end_space="\n\n")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<think>\n abc \n</think>\n\nanswer ", (" abc \n", "answer ")),  # as llama-server splits Qwen3's
+    ("answer <think>x</think>", ("", "answer <think>x</think>")),  # only a block at the start
+    ("<think>abc", ("abc", "")),
+    ("abc</think>answer", ("", "abc</think>answer")),
+    ("<think>a</think>b<think>c</think>", ("a", "b<think>c</think>")),  # only the first block
+])
+def test_split(text: str, expected: tuple[str, str]) -> None:
+    assert split_reasoning(text, MARKERS) == expected
+
+
+def test_an_opened_block_and_pieces_that_cut_the_markers() -> None:
+    markers = Markers(start="<think>", end="</think>", opened=True, opened_with="\n")
+    splitter = ReasoningSplitter(markers)
+    pieces = [p for piece in ["ab", "c</", "thi", "nk>an", "swer"] for p in splitter.feed(piece)]
+    pieces += splitter.finish()
+    assert "".join(t for k, t in pieces if k == "reasoning") == "\nabc"
+    assert "".join(t for k, t in pieces if k == "content") == "answer"
+    assert all("<" not in t for _, t in pieces)
