@@ -85,3 +85,27 @@ def test_history_penalties_equal_llama_completion(smollm2_model_path: Path, ours
                     break
             gen.close()
             assert produced == expected, prompt
+
+
+SAMPLED = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+SAMPLED_FLAGS = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_seeded_sampling_equals_llama_completion(model: str, tiny_model_path: Path, smollm2_model_path: Path) -> None:
+    """A seeded top-k/top-p/min-p/temperature chain draws the same tokens as llama-completion's.  The chain
+    begins with top-k, so the engine hands it only the tokens near the best logit
+    (llama_cpp_native_sample_top): the same survivors, the same draw."""
+    path = tiny_model_path if model == "tiny" else smollm2_model_path
+    with Llama(str(path), n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False) as llm:
+        for seed in (1, 5):
+            for prompt in PROMPTS[:3]:
+                expected = llama_completion(path, prompt, 48, extra=[*SAMPLED_FLAGS, "-s", str(seed)])
+                gen = llm.generate(llm.tokenize(prompt.encode(), special=True), seed=seed, **SAMPLED)
+                produced = b""
+                for i, token in enumerate(gen):
+                    produced += llm.detokenize([token])
+                    if i == 47:
+                        break
+                gen.close()
+                assert produced == expected, f"seed {seed}, {prompt!r}: ours {produced!r} != native {expected!r}"

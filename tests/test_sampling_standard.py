@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import attrs
+import numpy as np
 import pytest
 
-from llama_cpp import Llama
+from llama_cpp import Llama, sampling
+from llama_cpp.engine import sampler as engine_sampler
 
 PROMPT = "Write a story about a dragon:"
 
@@ -75,3 +79,78 @@ def test_greedy_fast_path_equals_the_native_chain_with_bias(llm: Llama) -> None:
     fast = _tokens(llm, 48, temperature=0.0, logit_bias=bias, ignore_eos=True)
     chain = _tokens(llm, 48, temperature=1.0, top_k=1, top_p=1.0, min_p=0.0, logit_bias=bias, ignore_eos=True)
     assert fast == chain
+
+
+class _CountingLib:
+    """The native library as the engine's sampler sees it, counting the top-k path's answers."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+        self.answers: list[int] = []
+
+    def llama_cpp_native_sample_top(self, *args: Any) -> int:
+        token = self._lib.llama_cpp_native_sample_top(*args)
+        self.answers.append(token)
+        return token
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
+
+
+def _whole_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chains built from now on never declare a leading top-k: llama.cpp samples from the whole vocabulary."""
+    ordered = sampling._ordered_stages
+
+    def without_keeps_top(params: Any) -> Any:
+        filters, finals = ordered(params)
+        return [attrs.evolve(stage, keeps_top=None) for stage in filters], finals
+
+    monkeypatch.setattr(sampling, "_ordered_stages", without_keeps_top)
+
+
+def _round_to_halves(input_ids: Any, scores: np.ndarray) -> np.ndarray:
+    return np.round(scores * 2.0) / 2.0  # many equal logits among the best
+
+
+@pytest.mark.parametrize(("processor", "bias"), [(None, {}), (_round_to_halves, {}), (None, "strong")],
+                         ids=["distinct", "ties", "biased"])
+def test_top_k_candidates_choose_what_the_whole_vocabulary_chooses(llm: Llama, monkeypatch: pytest.MonkeyPatch,
+                                                                    processor: Any, bias: Any) -> None:
+    """A chain that begins with top-k (after at most a logit bias) is handed only the tokens that can be
+    among the k best; with equal logits among the best (where llama.cpp's partial sort has an order of its
+    own) it gets the whole vocabulary.  Either way it draws what it draws from the whole vocabulary, token
+    for token; a bias that lifts weak tokens into the best and pushes strong ones out changes nothing there."""
+    counting = _CountingLib(engine_sampler.lib)
+    monkeypatch.setattr(engine_sampler, "lib", counting)
+    if bias == "strong":
+        greedy = _tokens(llm, 8, temperature=0.0)
+        weak = [llm.tokenize(w.encode(), add_bos=False)[0] for w in (" banana", " umbrella", " seventeen")]
+        bias = {**{t: -6.0 for t in greedy}, **{t: 9.0 for t in weak}}
+    keywords = dict(temperature=0.9, top_k=40, top_p=0.95, min_p=0.02, seed=21, logits_processor=processor,
+                    logit_bias=bias or None, ignore_eos=True)
+    fast = _tokens(llm, 64, **keywords)
+    if processor is None:
+        assert len(counting.answers) >= 64 and all(t >= 0 for t in counting.answers)
+    else:
+        assert -1 in counting.answers  # the ties sent some tokens to the whole vocabulary
+    _whole_vocabulary(monkeypatch)
+    counting.answers.clear()
+    assert _tokens(llm, 64, **keywords) == fast
+    assert counting.answers == []
+
+
+@pytest.mark.parametrize(("keywords", "leading"), [
+    (dict(temperature=0.8, top_k=40), 40),
+    (dict(temperature=0.8, top_k=0), 0),  # no top-k: the chain begins with top-p
+    (dict(temperature=0.8, top_k=40, logit_bias={5: 1.0}), 40),  # the bias, then the top-k
+    (dict(temperature=0.8, top_k=40, ignore_eos=True), 40),  # -inf on EOG is a bias too
+    (dict(temperature=0.8, top_k=40, repeat_penalty=1.2), 0),  # so do the penalties
+    (dict(temperature=0.0, top_k=40), 0),  # greedy has no top-k stage at all
+])
+def test_a_chain_knows_its_leading_top_k(llm: Llama, keywords: dict, leading: int) -> None:
+    chain = sampling.SamplerChain(sampling.ChainContext(params=sampling.SamplingParams(**keywords), vocab=llm._vocab,
+                                                        n_vocab=llm.n_vocab(), n_ctx=256, eog_tokens=()))
+    try:
+        assert chain.leading_top == leading, chain.active
+    finally:
+        chain.close()

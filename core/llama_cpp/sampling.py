@@ -303,13 +303,16 @@ def _build(stage: SamplerStage, ctx: ChainContext) -> list[Any]:
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
-    __slots__ = ("ptr", "active", "_keep")
+    __slots__ = ("ptr", "active", "leading_top", "_keep")
 
     def __init__(self, ctx: ChainContext) -> None:
         sparams = lib.llama_sampler_chain_default_params()
         sparams.no_perf = True
         self.ptr = lib.llama_sampler_chain_init(sparams)
         self.active: list[str] = []  # the stages that contributed samplers, in chain order
+        # n when the chain begins by keeping the n highest logits (SamplerStage.keeps_top), at most after
+        # the logit bias, else 0
+        self.leading_top = 0
         self._keep = ctx.keep
         try:
             filters, finals = _ordered_stages(ctx.params)
@@ -318,6 +321,8 @@ class SamplerChain:
                 for smpl in built:
                     lib.llama_sampler_chain_add(self.ptr, smpl)
                 if built:
+                    if self.active in ([], ["logit_bias"]) and stage.keeps_top is not None:
+                        self.leading_top = max(0, int(stage.keeps_top(ctx.params)))
                     self.active.append(stage.name)
             for stage in finals:
                 built = _build(stage, ctx)
@@ -333,13 +338,13 @@ class SamplerChain:
             raise
 
     @classmethod
-    def adopt(cls, ptr: Any, keep: list[Any], active: Sequence[str] = ()) -> SamplerChain:
+    def adopt(cls, ptr: Any, keep: list[Any], active: Sequence[str] = (), leading_top: int = 0) -> SamplerChain:
         """The owner of a chain made elsewhere (``llama_sampler_clone`` of one), keeping ``keep`` (the Python
         objects its samplers call back into) alive as long as it lives."""
         if ptr == ffi.NULL:
             raise RuntimeError("llama.cpp could not copy the sampler chain")
         chain = cls.__new__(cls)
-        chain.ptr, chain.active, chain._keep = ptr, list(active), keep
+        chain.ptr, chain.active, chain.leading_top, chain._keep = ptr, list(active), leading_top, keep
         return chain
 
     @property

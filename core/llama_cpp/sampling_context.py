@@ -361,7 +361,8 @@ class LlamaSamplingContext:
         chain = self._live_chain()
         copy = object.__new__(LlamaSamplingContext)
         copy.__dict__.update(self.__dict__)
-        copy.sampler_chain = SamplerChain.adopt(lib.llama_sampler_clone(chain.ptr), self._chain_ctx.keep, chain.active)
+        copy.sampler_chain = SamplerChain.adopt(lib.llama_sampler_clone(chain.ptr), self._chain_ctx.keep,
+                                                chain.active, chain.leading_top)
         copy.grammar_sampler = (lib.llama_sampler_clone(self.grammar_sampler) if self.grammar_sampler is not None
                                 else None)
         copy.prev = collections.deque(self.prev, maxlen=self.prev.maxlen)

@@ -15,6 +15,8 @@ import sysconfig
 from pathlib import Path
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "shim"
+# the shim's translation units: the entry points to llama.cpp's common code, and the top-k sampling path
+SOURCES = ("llama_cpp_native_shim.cpp", "sample_top.cpp")
 
 
 def library_name() -> str:
@@ -24,8 +26,8 @@ def library_name() -> str:
 def build_shim(source: Path, bin_dir: Path) -> Path:
     """Compile the shim into ``bin_dir`` unless it is newer than everything it is made from."""
     out = bin_dir / library_name()
-    inputs = [SHIM_DIR / "llama_cpp_native_shim.cpp", SHIM_DIR / "llama_cpp_native_shim.h",
-              *bin_dir.glob("libllama-common.*")]
+    sources = [SHIM_DIR / name for name in SOURCES]
+    inputs = [*sources, SHIM_DIR / "llama_cpp_native_shim.h", *bin_dir.glob("libllama-common.*")]
     if out.exists() and all(out.stat().st_mtime >= p.stat().st_mtime for p in inputs):
         return out
     cxx = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
@@ -33,7 +35,7 @@ def build_shim(source: Path, bin_dir: Path) -> Path:
     cmd = [
         *cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-DLLAMA_CPP_NATIVE_SHIM_BUILD",
         f"-I{SHIM_DIR}", f"-I{source / 'common'}", f"-I{source / 'include'}", f"-I{source / 'ggml' / 'include'}",
-        f"-I{source / 'vendor'}", str(SHIM_DIR / "llama_cpp_native_shim.cpp"),
+        f"-I{source / 'vendor'}", *map(str, sources),
         f"-L{bin_dir}", "-lllama-common", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{origin}",
         "-o", str(out),
     ]

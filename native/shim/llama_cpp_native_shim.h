@@ -92,6 +92,23 @@ LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_spec_accept(struct llama_cpp_nat
 LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_spec_truncate(struct llama_cpp_native_spec * spec, int32_t seq_id,
         int32_t n_tokens);
 
+/* The token the sampler chain `chain` chooses from output `idx` of `ctx` (as llama_sampler_sample does),
+ * for a chain that begins by keeping the `n` highest logits (a top-k): the chain is handed only the tokens
+ * that can be among the n best (those of the blocks of 16 tokens whose best logit reaches the n-th best of
+ * the blocks' best), not a candidate array of the whole vocabulary.  Its top-k then keeps the same n tokens
+ * in the same order, so every later sampler sees what it would have seen, and the chain chooses the same
+ * token.  A chain that begins with a logit bias before its top-k passes the bias too (bias_ids ascending,
+ * n_bias of them; NULL and 0 without): the tokens are ranked by their biased logits, and the chain adds the
+ * bias itself.
+ *
+ * Returns the token (accepted into the chain); -1, with the chain untouched, when the candidates cannot be
+ * cut safely: two of the n + 1 best logits are equal (llama.cpp's partial sort orders equal logits its own
+ * way), a logit is NaN or infinite, or there are no logits at idx; then sample with llama_sampler_sample.
+ * -2 when the chain failed (it threw, or selected no candidate). */
+LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_top(struct llama_sampler * chain,
+        struct llama_context * ctx, int32_t idx, int32_t n, const llama_token * bias_ids, const float * bias_values,
+        int32_t n_bias);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-"""The sampling state of one sequence: its native chain, its Python hooks, and the argmax fast path.
+"""The sampling state of one sequence: its native chain, its Python hooks, and its fast paths (argmax, top-k).
 
 A chain is built per request from the registered sampler stages (the
 samplers plugin), so each sequence has its own seed, penalties, grammar and
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from llama_cpp_native import lib
+from llama_cpp_native import ffi, lib
 
 from ..sampling import ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 from .context import Context
@@ -73,11 +73,15 @@ class SequenceSampler:
     A chain that is only argmax (after at most a logit bias) needs no
     candidate array of the whole vocabulary: numpy's argmax over the row picks
     the same token as llama.cpp's greedy sampler (the first maximum), and the
-    bias is accounted for without touching the row.
+    bias is accounted for without touching the row.  Nor does a chain that
+    begins with a small top-k: it is handed the tokens near the best logit,
+    which its top-k cuts to the same survivors in the same order (the shim's
+    ``llama_cpp_native_sample_top``; the whole row when equal logits make the
+    order llama.cpp's own).
     """
 
     __slots__ = ("params", "chain", "_argmax", "_bias_ids", "_bias_values", "_banned", "_finite", "_processor",
-                 "_stop", "history")
+                 "_stop", "_top_n", "_top_bias", "history")
 
     def __init__(self, params: SamplingParams, chain_context: ChainContext, prompt: Sequence[int],
                  logits_processor: Callable[..., Any] | None = None,
@@ -88,12 +92,22 @@ class SequenceSampler:
         self._stop = stopping_criteria
         self.history = TokenHistory(prompt) if logits_processor is not None or stopping_criteria is not None else None
         self._argmax = self.chain.biased_argmax and logits_processor is None
-        bias = effective_logit_bias(params, chain_context.n_vocab, chain_context.eog_tokens) if self._argmax else {}
+        # a chain that begins with a top-k much smaller than the vocabulary (after at most the logit bias)
+        # samples from the tokens that can survive it (llama_cpp_native_sample_top)
+        n_top = self.chain.leading_top
+        self._top_n = n_top if not self._argmax and n_top <= chain_context.n_vocab // 64 else 0
+        biased = self._argmax or (self._top_n > 0 and self.chain.active[0] == "logit_bias")
+        bias = effective_logit_bias(params, chain_context.n_vocab, chain_context.eog_tokens) if biased else {}
         order = sorted(bias)  # ascending ids: among equal values the lowest id wins, as in a full argmax
         self._bias_ids = np.asarray(order, dtype=np.intp)
         self._bias_values = np.asarray([bias[t] for t in order], dtype=np.float32)
         self._banned = frozenset(bias)  # tokens whose raw score must not decide alone
         self._finite = any(v != float("-inf") for v in bias.values())  # -inf alone (ignore_eos) cannot win
+        # the bias as the top-k path passes it: the chain's own bias sampler adds it, the search ranks by it
+        self._top_bias: tuple[Any, Any, int] = (ffi.NULL, ffi.NULL, 0)
+        if order:  # (the cdata keep their numpy arrays alive)
+            self._top_bias = (ffi.from_buffer("llama_token[]", self._bias_ids.astype(np.int32)),
+                              ffi.from_buffer("float[]", self._bias_values), len(order))
 
     def sample(self, ctx: Context, row: int) -> tuple[int, np.ndarray | None]:
         """The next token from batch row ``row``, and the raw row if a processor edited the buffer."""
@@ -107,6 +121,12 @@ class SequenceSampler:
                 view[:] = edited
         if self._argmax:
             return self._biased_argmax(ctx.logits_row(row)), None
+        if self._top_n:
+            token = lib.llama_cpp_native_sample_top(self.chain.ptr, ctx.ptr, row, self._top_n, *self._top_bias)
+            if token >= 0:
+                return token, raw
+            if token == -2:
+                raise RuntimeError("the sampler chain failed on the candidates of its top-k")
         return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row), raw
 
     def _biased_argmax(self, row: np.ndarray) -> int:

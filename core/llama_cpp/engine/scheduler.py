@@ -206,12 +206,10 @@ class Scheduler:
                     continue
                 self._driving = True
                 epoch = self._epoch
-                mutex.release()
                 progressed = False
                 try:
                     progressed = self._tick()
                 finally:
-                    mutex.acquire()
                     self._driving = False
                     if self._waiters:
                         self._changed.notify_all()
@@ -305,24 +303,27 @@ class Scheduler:
 
     # -- the tick ---------------------------------------------------------------------------
     def _tick(self) -> bool:
-        """One plan, run and applied, for every sequence that can advance; False if nothing could."""
-        ctx, planner = self.ctx, self.planner
-        with self._mutex:
-            if self._abort_pending:
-                self._abort_pending = False
-                ctx.clear_abort()
-            planner.due(ctx.written_outside())
-            selected = planner.select()
+        """One plan, run and applied, for every sequence that can advance; False if nothing could.
+
+        Called with the engine's lock held, and returns with it held: the plan is made and delivered
+        under it, packed, run and applied without it."""
+        ctx, planner, mutex = self.ctx, self.planner, self._mutex
+        if self._abort_pending:
+            self._abort_pending = False
+            ctx.clear_abort()
+        planner.due(ctx.written_outside())
+        selected = planner.select()
         if not selected:
             return False
-        plan = planner.pack(selected)
-        if not (plan.rows or plan.media or plan.refused):
-            return False
-        outcomes = self.update.apply(plan, self.runner.run(plan))
-        with self._mutex:
-            self.update.deliver(outcomes)
-            if self._waiters:
-                self._changed.notify_all()
+        mutex.release()
+        try:
+            plan = planner.pack(selected)
+            if not (plan.rows or plan.media or plan.refused):
+                return False
+            outcomes = self.update.apply(plan, self.runner.run(plan))
+        finally:
+            mutex.acquire()
+        self.update.deliver(outcomes)
         return True
 
     # -- the engine's memory, for the facade and the embedder (each under exclusive()) ------------

@@ -80,9 +80,9 @@ class BatchRow(NamedTuple):
     kind: RowKind
 
     @property
-    def rows(self) -> list[int]:
+    def rows(self) -> range:
         """The batch row of each fed token."""
-        return [self.first] if len(self.fed) == 1 else list(range(self.first, self.first + len(self.fed)))
+        return range(self.first, self.first + len(self.fed))
 
 
 class MediaRow(NamedTuple):

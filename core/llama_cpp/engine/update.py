@@ -21,7 +21,7 @@ from .media import media_entries
 from .planner import Planner
 from .request import Request, RequestState, TokenEvent
 from .runner import Decoded
-from .sampler import token_logprob
+from .sampler import SequenceSampler, token_logprob
 from .slot import BatchRow, RowKind, Slot, TickPlan
 from .stats import Counters
 from .step import Sampled, Step
@@ -140,7 +140,7 @@ class Update:
             self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
             outcomes.append((slot, outcome))
 
-    def _keep_logits(self, slot: Slot, fed_rows: list[int]) -> None:
+    def _keep_logits(self, slot: Slot, fed_rows: Sequence[int]) -> None:
         """With logits_all: the rows of the tokens just decoded go into the ledger's scores (also when the
         request has just been released: the rows are in memory all the same)."""
         request, ledger = slot.request, slot.ledger
@@ -186,28 +186,28 @@ class Update:
             token, raw = slot.chain.sample(self.ctx, row)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return Outcome(finish="error", error=exc)
-        return self._outcome(slot, slot.serving, [Sampled(token, row, raw)])
+        return self._outcome(slot, slot.serving, slot.chain, [Sampled(token, row, raw)])
 
     def _advance(self, row: BatchRow, request: Request) -> Outcome:
         """A running sequence's step rows are decoded: the step takes its samples out of them."""
-        slot, fed = row.slot, row.fed
+        slot, fed, sampler = row.slot, row.fed, row.slot.chain
         try:
             eog = None if request.params.ignore_eos else self.is_eog
-            samples, kept, replay = self.step.take(slot.step_state, slot.seq_id, self.ctx, slot.chain, row.rows,
-                                                   fed, eog)
+            samples, kept, replay = self.step.take(slot.step_state, slot.seq_id, self.ctx, sampler, row.rows, fed,
+                                                   eog)
         except Exception as exc:  # noqa: BLE001 - a user hook's error belongs to its request
             return Outcome(finish="error", error=exc)
         if kept < len(fed):  # rejected drafts leave memory
             slot.ledger.truncate(self.ctx, len(slot.ledger) - (len(fed) - kept))
             self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
-        outcome = self._outcome(slot, request, samples)
+        outcome = self._outcome(slot, request, sampler, samples)
         if replay and outcome.finish is None:  # decoded again, then the last sampled token
             slot.pending = [*replay, *slot.pending]
         return outcome
 
-    def _outcome(self, slot: Slot, request: Request, samples: Sequence[Sampled]) -> Outcome:
-        """The events of the sampled tokens (of ``slot``, serving ``request``), and whether they end it."""
-        sampler = slot.chain
+    def _outcome(self, slot: Slot, request: Request, sampler: SequenceSampler, samples: Sequence[Sampled]) -> Outcome:
+        """The events of the sampled tokens (of ``slot``, serving ``request`` with ``sampler``), and whether
+        they end it."""
         outcome = Outcome()
         stop_on_eog = not request.params.ignore_eos
         wants_row = request.logprobs is not None or request.stopping_criteria is not None

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the contracts the factories build (their modules import thi
     from ..llama_chat_format import LlamaChatCompletionHandler
     from ..llama_speculative import LlamaSpecEngine
     from ..reasoning import TemplateFacts
-    from ..sampling import ChainContext
+    from ..sampling import ChainContext, SamplingParams
 
 
 def _valid_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -36,6 +36,13 @@ class SamplerStage:
     when a call names them in ``extra_samplers`` (or lists them in
     ``samplers``).  ``final`` stages select the token: exactly one runs, the
     first whose ``build`` returns samplers.
+
+    ``keeps_top(params)``, for a stage whose samplers keep the n highest
+    logits and drop every other token (a top-k), is that n.  A chain that
+    begins with such a stage (after at most the logit bias) is handed only
+    the tokens that can be among the n best instead of the whole vocabulary:
+    it chooses the same token, for a fraction of the cost of a candidate
+    array of the vocabulary per token.
     """
 
     name: str = attrs.field(validator=_valid_name)
@@ -44,6 +51,7 @@ class SamplerStage:
     default: bool = True
     final: bool = False
     description: str = ""
+    keeps_top: Callable[[SamplingParams], int] | None = None
 
 
 @attrs.frozen
