@@ -1,0 +1,70 @@
+"""reasoning_format against llama-server itself: the same forced reply (a grammar) on a tiny model with
+Qwen3's template is split alike, whole and streamed (thinking deltas, then answer deltas), for each
+format; the format's bad values are a 422 naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import assert_error, llama_server, running, tiny_settings
+
+from llama_cpp.testing import TinyLlamaSpec, llama_cpp_source_dir, write_tiny_llama
+
+REPLIES = ["<think>abc</think>answer", "<think>\n abc \n</think>\n\nanswer ", "answer <think>x</think>",
+           '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>']
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    template = (llama_cpp_source_dir() / "models" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
+    model: Path = write_tiny_llama(tmp_path_factory.mktemp("reasoning") / "tiny-qwen3.gguf",
+                                   TinyLlamaSpec(chat_template=template))
+    with running(tiny_settings(model, n_seq_max=1, n_ctx=1024)) as ours, \
+            llama_server(model, "-c", "1024", "-np", "1") as theirs:
+        yield ours, theirs
+
+
+def chat(base: str, reply: str, fmt: str | None, stream: bool) -> Any:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 64,
+                            "grammar": "root ::= " + json.dumps(reply), "stream": stream}
+    if fmt is not None:
+        body["reasoning_format"] = fmt
+    response = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    if not stream:
+        return response.json()["choices"][0]["message"]
+    events = [json.loads(line[6:]) for line in response.text.splitlines()
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    kinds: list[str] = []
+    text = {"reasoning_content": "", "content": ""}
+    for event in events:
+        delta = event["choices"][0]["delta"] if event["choices"] else {}
+        for key in text:
+            if delta.get(key):
+                text[key] += delta[key]
+                if not kinds or kinds[-1] != key:
+                    kinds.append(key)
+    return text, kinds
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+@pytest.mark.parametrize("fmt", [None, "none", "deepseek", "deepseek-legacy", "auto"])
+def test_the_split_is_llama_servers(both: tuple[str, str], reply: str, fmt: str | None) -> None:
+    ours, theirs = (chat(base, reply, fmt, stream=False) for base in both)
+    assert ours == theirs
+    ours, theirs = (chat(base, reply, fmt, stream=True) for base in both)
+    assert ours == theirs
+    if fmt != "none" and reply == "<think>abc</think>answer":
+        assert ours == ({"reasoning_content": "abc", "content": "answer"}, ["reasoning_content", "content"])
+
+
+@pytest.mark.parametrize("bad", ["think", 3, ""])
+def test_a_bad_reasoning_format_is_refused_naming_the_field(both: tuple[str, str], bad: Any) -> None:
+    response = httpx.post(both[0] + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "reasoning_format": bad}, timeout=30)
+    assert_error(response, 422, param="reasoning_format")
