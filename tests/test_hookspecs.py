@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from llama_cpp import Llama
-from llama_cpp.plugins import (CacheStrategy, ChatFormat, MultimodalHandler, SamplerStage, SchedulingPolicy,
-                               SpeculativeEngine, get_host, hookimpl, hookspecs)
+from llama_cpp.plugins import (CacheStrategy, ChatFormat, MultimodalHandler, ReasoningFamily, SamplerStage,
+                               SchedulingPolicy, SpeculativeEngine, get_host, hookimpl, hookspecs)
 from llama_cpp.testing import registered_plugin
 
 HOOKS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("llama_cpp_")]
@@ -20,7 +20,7 @@ def test_there_are_hooks_for_every_capability() -> None:
     assert set(HOOKS) == {
         "llama_cpp_sampler_stages", "llama_cpp_chat_formats", "llama_cpp_chat_format_from_metadata",
         "llama_cpp_multimodal_handlers", "llama_cpp_speculative_engines", "llama_cpp_cache_strategies",
-        "llama_cpp_scheduling_policies",
+        "llama_cpp_scheduling_policies", "llama_cpp_reasoning_families",
     }
 
 
@@ -59,6 +59,10 @@ class EverythingPlugin:
         return [SchedulingPolicy("everything-policy", factory=dict)]
 
     @hookimpl
+    def llama_cpp_reasoning_families(self):
+        return [ReasoningFamily("everything-family", start="<r>", end="</r>", detect=lambda facts: False)]
+
+    @hookimpl
     def llama_cpp_chat_format_from_metadata(self, metadata):
         return "everything-format" if metadata.get("general.name") == "tiny-llama" else None
 
@@ -68,7 +72,8 @@ def test_every_registration_hook_reaches_the_registry(tiny_model_path: Path) -> 
     with registered_plugin(EverythingPlugin(), name="everything"):
         for kind, name in ((SamplerStage, "everything-stage"), (ChatFormat, "everything-format"),
                            (MultimodalHandler, "everything-vlm"), (SpeculativeEngine, "everything-draft"),
-                           (CacheStrategy, "everything-cache"), (SchedulingPolicy, "everything-policy")):
+                           (CacheStrategy, "everything-cache"), (SchedulingPolicy, "everything-policy"),
+                           (ReasoningFamily, "everything-family")):
             assert host.choose(kind, name).name == name
             assert host.plugin_of(kind, name) == "everything"
         with Llama(str(tiny_model_path), vocab_only=True, verbose=False) as llm:

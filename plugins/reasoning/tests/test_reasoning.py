@@ -153,3 +153,21 @@ def test_an_opened_block_and_pieces_that_cut_the_markers() -> None:
     assert "".join(t for k, t in pieces if k == "reasoning") == "\nabc"
     assert "".join(t for k, t in pieces if k == "content") == "answer"
     assert all("<" not in t for _, t in pieces)
+
+
+def test_a_plugin_adds_a_family(tiny_model_factory: Callable[..., Path]) -> None:
+    from llama_cpp.plugins import ReasoningFamily, hookimpl
+    from llama_cpp.testing import registered_plugin
+
+    class Reasons:
+        @hookimpl
+        def llama_cpp_reasoning_families(self) -> list[ReasoningFamily]:
+            return [ReasoningFamily(name="reason-tags", start="<reason>", end="</reason>", order=0,
+                                    detect=lambda facts: facts.mentions("<reason>"))]
+
+    path = tiny_model_factory(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}<reason>")
+    with registered_plugin(Reasons(), name="reasons"), Llama(str(path), n_ctx=256, verbose=False) as llm:
+        out = llm.create_chat_completion(HI, grammar=forced("abc</reason>answer"), temperature=0, max_tokens=32,
+                                         reasoning_format="auto")
+        message = out["choices"][0]["message"]
+        assert (message["reasoning_content"], message["content"]) == ("abc", "answer")  # opened by the prompt
