@@ -47,7 +47,7 @@ def test_the_other_spellings_and_this_servers_own_flags_mix() -> None:
 
 @pytest.mark.parametrize(("args", "says"), [
     (["--no-jinja"], "Jinja"), (["-fa", "sometimes"], "on, off"),
-    (["--pooling", "max"], "mean"), (["--reasoning-format", "deepseek"], "reasoning"), (["-c"], "a value"),
+    (["--pooling", "max"], "mean"), (["-c"], "a value"),
     (["--api-key-file", "/nonexistent/keys"], "cannot read"), (["--lora", "a.gguf,b.gguf"], "one adapter")])
 def test_flags_this_server_cannot_honour_are_refused_with_the_reason(args: list[str], says: str) -> None:
     with pytest.raises(SystemExit, match=says):

@@ -68,3 +68,13 @@ def test_a_bad_reasoning_format_is_refused_naming_the_field(both: tuple[str, str
     response = httpx.post(both[0] + "/v1/chat/completions", json={
         "messages": [{"role": "user", "content": "hi"}], "reasoning_format": bad}, timeout=30)
     assert_error(response, 422, param="reasoning_format")
+
+
+def test_the_reasoning_flags_reach_their_settings() -> None:
+    from llama_cpp_server import load_settings
+
+    settings = load_settings(["-m", "m.gguf", "--reasoning-format", "none", "--reasoning-budget", "0"])
+    assert (settings.reasoning_format, settings.default_reasoning_budget) == ("none", 0)
+    assert load_settings(["-m", "m.gguf"]).reasoning_format == "auto"  # llama-server's default
+    with pytest.raises(ValueError, match="reasoning_format"):
+        load_settings(["-m", "m.gguf", "--reasoning-format", "think"])
