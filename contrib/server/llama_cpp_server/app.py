@@ -145,8 +145,11 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
+            adapters = lease.served.lora.active_loras(body.lora)
             prepared = await run_in_threadpool(arguments, body, llm, lease.served.name,
                                                request_tenant(request, body.user))
+            for call in prepared if isinstance(prepared, list) else [prepared]:
+                call["active_loras"] = adapters
         except BaseException:
             lease.release()
             raise
@@ -238,7 +241,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         lease = await pool.admit(body.model)
         llm = lease.llama
         try:
-            arguments = await run_in_threadpool(native_arguments, body, llm, request_tenant(request, None))
+            arguments = await run_in_threadpool(native_arguments, body, llm, request_tenant(request, None),
+                                                lease.served.lora.active_loras(body.lora))
         except BaseException:
             lease.release()
             raise
@@ -311,6 +315,19 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                                            server.slot_save_path)
         finally:
             lease.release()
+
+    @app.get("/lora-adapters", dependencies=keyed, include_in_schema=False)
+    async def get_lora_adapters(model: str | None = None) -> Any:
+        lease = await pool.admit(model)
+        lease.release()
+        return lease.served.lora.listing()
+
+    @app.post("/lora-adapters", dependencies=keyed, include_in_schema=False)
+    async def post_lora_adapters(request: Request, model: str | None = None) -> Any:
+        body = await request.body()
+        lease = await pool.admit(model)
+        lease.release()
+        return lease.served.lora.set_scales(body)
 
     @app.get("/props", dependencies=keyed, include_in_schema=False)
     async def get_props(model: str | None = None) -> Any:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import llama_server_timings
 from .errors import APIError
 from .llama_server_text import Mixed, mixed_tokens, prompt_text
+from .schemas import LoraEntry
 from .settings import ServerSettings
 
 # one prompt (a text, or texts and token ids mixed), or several: a list of those
@@ -98,7 +99,7 @@ class NativeCompletionRequest(BaseModel):
     n_cache_reuse: int = 0
     t_max_predict_ms: int = -1
     return_progress: bool = False
-    lora: list[dict[str, Any]] | None = None
+    lora: list[LoraEntry] | None = None
 
 
 _NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_indent": 0, "n_cache_reuse": 0, "t_max_predict_ms": -1,
@@ -120,9 +121,6 @@ def _refuse_unimplemented(body: NativeCompletionRequest) -> None:
         if getattr(body, name) != neutral:
             raise APIError(400, f"{name}: this server does not implement it yet (leave it at {neutral!r}); "
                            "docs/server.md lists llama-server's fields and what each does here", param=name)
-    if body.lora:
-        raise APIError(400, "lora: per-request adapter scales are not implemented here yet (load adapters with the "
-                       "model's settings)", param="lora")
 
 
 def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
@@ -206,8 +204,10 @@ def _n_predict(body: NativeCompletionRequest) -> int:
     return -1 if n_predict < 0 else max(1, n_predict)
 
 
-def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> dict[str, Any]:
-    """:meth:`Llama.completion_events`'s keywords for a ``/completion`` body."""
+def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
+                     active_loras: list[dict[str, Any]]) -> dict[str, Any]:
+    """:meth:`Llama.completion_events`'s keywords for a ``/completion`` body; ``active_loras`` the adapters it
+    runs under (:meth:`.llama_server_lora.LoraTable.active_loras`)."""
     _refuse_unimplemented(body)
     n_predict = _n_predict(body)
     grammar = None
@@ -233,7 +233,7 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str) -> di
         mirostat_mode=body.mirostat, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
         adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
-        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant)
+        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras)
 
 
 def _stops(body: NativeCompletionRequest) -> list[str]:
@@ -270,7 +270,8 @@ def generation_settings(body: NativeCompletionRequest, bias: dict[int, float] | 
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": [_SERVER_NAMES.get(name, name) for name in samplers],
         "speculative.types": "none", "timings_per_token": body.timings_per_token,
-        "post_sampling_probs": body.post_sampling_probs, "backend_sampling": False, "lora": [],
+        "post_sampling_probs": body.post_sampling_probs, "backend_sampling": False,
+        "lora": [{"id": entry.id, "scale": entry.scale} for entry in sorted(body.lora or [], key=lambda e: e.id)],
     }
 
 

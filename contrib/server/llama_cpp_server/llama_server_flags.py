@@ -9,6 +9,7 @@ dropped; those this server cannot honour are refused with the reason, never sile
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -55,9 +56,23 @@ def _api_key_file(value: str) -> list[str]:
 
 
 def _lora(value: str) -> list[str]:
-    if "," in value:
-        raise SystemExit("--lora: one adapter per model here (lora_path); load more with the library's load_lora")
-    return ["--lora_path", value]
+    """llama-server's comma list of adapter files, each at scale 1."""
+    return [part for path in value.split(",") if path.strip()
+            for part in ("--lora_adapters", json.dumps({"path": path.strip()}))]
+
+
+def _lora_scaled(value: str) -> list[str]:
+    """llama-server's ``FNAME:SCALE,...``."""
+    out = []
+    for item in value.split(","):
+        path, sep, scale = item.strip().rpartition(":")
+        try:
+            out += ["--lora_adapters", json.dumps({"path": path, "scale": float(scale)})]
+        except ValueError:
+            raise SystemExit(f"--lora-scaled: {item!r} is not FNAME:SCALE") from None
+        if not sep or not path:
+            raise SystemExit(f"--lora-scaled: {item!r} is not FNAME:SCALE")
+    return out
 
 
 # llama-server's built-in template names (llama.cpp's LLM_CHAT_TEMPLATES) that name a chat format here
@@ -116,6 +131,7 @@ for _names, _make in (
     (("--pooling",), _pooling),
     (("-mm", "--mmproj"), _setting("mmproj_path")),
     (("--lora",), _lora),
+    (("--lora-scaled",), _lora_scaled),
     (("-s", "--seed"), _setting("seed")),
     (("-to", "--timeout"), _setting("request_timeout")),
     (("--slot-save-path",), _setting("slot_save_path")),
@@ -139,6 +155,7 @@ _SWITCHES: dict[str, list[str]] = {
     "--reranking": ["--embeddings", "true", "--pooling_type", _POOLING["rank"]],
     "--slots": ["--slots_endpoint", "true"], "--no-slots": ["--slots_endpoint", "false"],
     "--props": ["--props_endpoint", "true"],
+    "--lora-init-without-apply": ["--lora_init_without_apply", "true"],
     "--jinja": [], "--metrics": [], "-cb": [],
     "--cont-batching": [], "--cache-prompt": [], "--no-cache-prompt": [],
     "--ui": ["--chat_page", "true"], "--webui": ["--chat_page", "true"],

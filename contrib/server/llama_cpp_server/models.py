@@ -21,6 +21,7 @@ from llama_cpp import Llama
 from llama_cpp.llama_embedding import LlamaEmbedding
 
 from .errors import APIError
+from .llama_server_lora import LoraTable
 from .settings import ModelSettings, ServerSettings
 
 __all__ = ["LlamaProxy", "ModelPool", "llama_kwargs", "load_llama"]
@@ -36,7 +37,7 @@ log = logging.getLogger("llama_cpp_server")
 NOT_PASSED = frozenset({
     "model", "model_alias", "hf_repo", "hf_file", "hf_model_repo_id", "mmproj_path", "clip_model_path",
     "chat_format", "chat_template", "hf_pretrained_model_name_or_path", "hf_tokenizer_config_path", "cache", "cache_type",
-    "cache_size", "embedding", "flash_attn", "draft_model", "draft_model_num_pred_tokens", "scheduling_policy",
+    "cache_size", "embedding", "flash_attn", "lora_adapters", "lora_init_without_apply", "draft_model", "draft_model_num_pred_tokens", "scheduling_policy",
 })
 PASSED = tuple(name for name in ModelSettings.model_fields if name not in NOT_PASSED)
 
@@ -99,13 +100,21 @@ def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
             from llama_cpp._hub import hub_download
 
             kwargs["mmproj_path"] = hub_download(model.hf_repo, model.mmproj_path)[0]
-        return cls.from_pretrained(model.hf_repo, model.hf_file, **kwargs)
-    path = model.model
-    if path is None:
-        from llama_cpp.default_model import smollm2_path
+        llm = cls.from_pretrained(model.hf_repo, model.hf_file, **kwargs)
+    else:
+        path = model.model
+        if path is None:
+            from llama_cpp.default_model import smollm2_path
 
-        path = str(smollm2_path(quiet=not model.verbose))
-    return cls(path, **kwargs)
+            path = str(smollm2_path(quiet=not model.verbose))
+        llm = cls(path, **kwargs)
+    try:
+        for adapter in model.lora_adapters:  # named by their paths, as Llama names lora_path's
+            llm.load_lora(adapter.path, adapter.path)
+    except BaseException:
+        llm.close()
+        raise
+    return llm
 
 
 class Served:
@@ -116,6 +125,10 @@ class Served:
         self.settings = settings
         self.llama = llama
         self.capacity = llama.scheduler.ctx.n_seq_max + max_queue
+        adapters = [(settings.lora_path, settings.lora_scale if settings.lora_scale is not None else 1.0)] \
+            if settings.lora_path is not None else []
+        self.lora = LoraTable(adapters + [(a.path, a.scale) for a in settings.lora_adapters],
+                              applied=not settings.lora_init_without_apply)
         self.in_flight = 0  # requests admitted and not finished (running or queued in the engine)
 
 

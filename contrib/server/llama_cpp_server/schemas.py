@@ -25,6 +25,14 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class LoraEntry(_Body):
+    """One adapter's scale, llama-server's ``{"id": 0, "scale": 0.5}`` (``id``: its place in ``GET
+    /lora-adapters``), in a request's ``lora`` or the body of ``POST /lora-adapters``."""
+
+    id: int = Field(ge=0)
+    scale: float
+
+
 class SamplerFields(_Body):
     """The core's sampler parameters (``llama_cpp.sampling.SamplingParams``); None: the library's default."""
 
@@ -85,6 +93,8 @@ class _Generation(SamplerFields):
     store: bool | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
+    lora: list[LoraEntry] | None = Field(None, description="this request's adapter scales (llama-server's); the "
+                                                           "adapters it leaves out get 0")
 
 
 class CompletionRequest(_Generation):

@@ -60,6 +60,15 @@ def _typed_kv(key: str, value: Any) -> Any:
     return value
 
 
+class LoraAdapterSetting(BaseModel):
+    """One LoRA adapter of a served model (llama-server's ``--lora``, ``--lora-scaled``)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    path: str
+    scale: float = 1.0
+
+
 class ModelSettings(BaseModel):
     """One model the server serves: the file, its name for clients, and how it is loaded (every ``Llama``
     keyword, and the reference server's names for some of them)."""
@@ -180,6 +189,11 @@ class ModelSettings(BaseModel):
     log_filters_case_sensitive: bool | None = _llama("log_filters match case")
     lora_path: str | None = _llama("a LoRA adapter applied to every request")
     lora_scale: float | None = _llama("lora_path's scale")
+    lora_adapters: list[LoraAdapterSetting] = Field(default_factory=list, description="LoRA adapters by id, after "
+                                                    "lora_path (llama-server's --lora, --lora-scaled): GET/POST "
+                                                    "/lora-adapters, a request's lora")
+    lora_init_without_apply: bool = Field(False, description="the adapters start at scale 0 (llama-server's "
+                                                             "--lora-init-without-apply)")
     use_mmap: bool | None = _llama("deprecated: load_mode")
     use_mlock: bool | None = _llama("deprecated: load_mode")
     use_direct_io: bool | None = _llama("deprecated: load_mode")
@@ -237,6 +251,9 @@ class ModelSettings(BaseModel):
             for other in ("chat_format", "chat_template_name", "hf_tokenizer_config_path"):
                 if getattr(self, other) is not None:
                     raise ValueError(f"chat_template and {other} both choose the chat template; use one")
+        paths = [self.lora_path] * (self.lora_path is not None) + [a.path for a in self.lora_adapters]
+        if len(set(paths)) != len(paths):
+            raise ValueError("lora_adapters: an adapter is listed twice (with lora_path or in the list)")
         if self.hf_tokenizer_config_path is not None and self.chat_format is None:
             self.chat_format = "hf-tokenizer-config"
         needs = HF_CHAT_FORMATS.get(self.chat_format or "")

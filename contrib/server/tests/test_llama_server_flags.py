@@ -48,7 +48,7 @@ def test_the_other_spellings_and_this_servers_own_flags_mix() -> None:
 @pytest.mark.parametrize(("args", "says"), [
     (["--no-jinja"], "Jinja"), (["-fa", "sometimes"], "on, off"),
     (["--pooling", "max"], "mean"), (["-c"], "a value"),
-    (["--api-key-file", "/nonexistent/keys"], "cannot read"), (["--lora", "a.gguf,b.gguf"], "one adapter")])
+    (["--api-key-file", "/nonexistent/keys"], "cannot read")])
 def test_flags_this_server_cannot_honour_are_refused_with_the_reason(args: list[str], says: str) -> None:
     with pytest.raises(SystemExit, match=says):
         load_settings(["-m", "m.gguf", *args])
