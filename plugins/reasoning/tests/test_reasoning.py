@@ -171,3 +171,19 @@ def test_a_plugin_adds_a_family(tiny_model_factory: Callable[..., Path]) -> None
                                          reasoning_format="auto")
         message = out["choices"][0]["message"]
         assert (message["reasoning_content"], message["content"]) == ("abc", "answer")  # opened by the prompt
+
+
+def test_a_reasoning_budget_counts_the_familys_block() -> None:
+    from llama_cpp._chat_reasoning import budget_markers
+
+    markers = Markers(start="[THINK]", end="[/THINK]", opened=True)
+    request: dict[str, Any] = {"reasoning_budget": 8}
+    budget_markers(request, markers)
+    assert (request["reasoning_start"], request["reasoning_end"], request["reasoning_start_in_prompt"]) == (
+        "[THINK]", "[/THINK]", True)
+    mine: dict[str, Any] = {"reasoning_budget": 8, "reasoning_end": "</r>"}
+    budget_markers(mine, markers)
+    assert mine["reasoning_end"] == "</r>"  # the call's own marker wins
+    untouched: dict[str, Any] = {}
+    budget_markers(untouched, markers)
+    assert untouched == {}  # no budget: nothing to count
