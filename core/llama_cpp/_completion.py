@@ -329,6 +329,7 @@ class CompletionAPI(LlamaBase):
                     yield choice, event, text
                     if hit:
                         choice.pending_lp = []
+                        request.stop_string = choice.scanner.matched
                         scheduler.cancel(request)
                 if event is None or hit:
                     del active[request]
@@ -390,7 +391,7 @@ class CompletionAPI(LlamaBase):
             eog = request.eog_token
             if eog is not None:  # llama-server reports it as a token of no text
                 yield CompletionEvent(choice.index, eog, "", n_prompt)
-            matched = choice.scanner.matched if choice.finish == "stop" else None
+            matched = request.stop_string
             stop_type: StopType = ("word" if matched is not None else "eos" if eog is not None
                                    else "limit" if request.finish_reason == "length" else "none")
             n_generated = choice.n_read + (eog is not None)

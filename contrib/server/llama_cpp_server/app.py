@@ -23,8 +23,9 @@ from starlette.concurrency import run_in_threadpool
 import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import bridge, errors, llama_server_timings, responses
-from .bridge import Workers, open_stream, run_call, sse_events
+from . import anthropic_messages, bridge, errors, llama_server_timings, responses
+from .anthropic_messages import CountTokensRequest, MessagesRequest
+from .bridge import EventFormat, ResponseView, Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .choices import chat_choice_streams, chat_choices
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -86,8 +87,10 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     app.state.pool = pool
     app.state.settings = server
     which_key = key_index(server.api_keys)
-    errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None)
-    app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes)
+    shapes = errors.ErrorShapes({"/v1/messages": anthropic_messages.error_shape})
+    errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None,
+                   shapes)
+    app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, shapes=shapes)
     if server.cors_origins:
         # llama-server's shorthand "localhost": a page served from this machine, on any port
         local = LOCAL_ORIGINS if "localhost" in server.cors_origins else None
@@ -95,7 +98,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                            allow_origin_regex=local,
                            allow_credentials=server.cors_allow_credentials, allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "X-Api-Key", "Content-Type"])
-    app.add_middleware(errors.CatchAll)  # outermost: whatever fails below it still answers
+    app.add_middleware(errors.CatchAll, shapes=shapes)  # outermost: whatever fails below it still answers
     keyed = [Depends(require_api_key(server.api_keys))]
     timeout = server.request_timeout
 
@@ -112,8 +115,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         return Response(status_code=499) if result is None else result
 
     async def stream(lease: Lease, make: Callable[[], Iterator[Any]], shape: Callable[[Any], list[Any]],
-                     done: bytes | None = bridge.DONE, request_scope: RequestScope | None = None) -> StreamingResponse:
-        """A streamed answer (SSE, ending with ``done``); the lease is held until the stream ends."""
+                     form: EventFormat = bridge.OPENAI, request_scope: RequestScope | None = None) -> StreamingResponse:
+        """A streamed answer (SSE, written in the route's ``form``); the lease is held until the stream ends."""
         request_scope = request_scope or scope()
         try:
             items = await open_stream(make, timeout=timeout, scope=request_scope, workers=workers,
@@ -125,7 +128,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for event in sse_events(first, items, shape, request_scope, done):
+                async for event in sse_events(first, items, shape, request_scope, form):
                     yield event
             finally:
                 lease.release()
@@ -135,10 +138,12 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
     async def generate(body: CompletionRequest | ChatRequest, request: Request,
                        arguments: Callable[[Any, Any, str, str], Any],
-                       streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any]) -> Any:
+                       streamed: Callable[[Any, Any], Iterator[Any]], whole: Callable[[Any, Any], Any],
+                       view: ResponseView | None = None) -> Any:
         """A completions or chat request: admitted on its model, its library keywords made on a worker
         thread (a grammar is checked there, off the event loop; a bad value releases the model at once),
-        then streamed or answered whole, with llama-server's ``timings`` of the call's engine requests."""
+        then streamed or answered whole, with llama-server's ``timings`` of the call's engine requests;
+        ``view`` shapes the answer for another API (Anthropic's) instead."""
         if body.n > server.max_n:
             raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
         body = with_server_defaults(body, server)
@@ -159,9 +164,13 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             return llama_server_timings.of_requests(request_scope.requests)
 
         if body.stream:
-            return await stream(lease, lambda: streamed(llm, prepared), stream_shaper(body, measured),
-                                request_scope=request_scope)
+            shape = (view.stream(request_scope, lease.served.name) if view is not None
+                     else stream_shaper(body, measured))
+            return await stream(lease, lambda: streamed(llm, prepared), shape,
+                                form=view.form if view is not None else bridge.OPENAI, request_scope=request_scope)
         result = await answer(request, lease, lambda: whole(llm, prepared), request_scope)
+        if view is not None:
+            return result if isinstance(result, Response) else view.whole(result, request_scope, lease.served.name)
         if isinstance(result, dict) and (timings := measured()) is not None:
             result["timings"] = timings
         return result
@@ -188,6 +197,18 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.post("/chat/completions", dependencies=keyed, include_in_schema=False)  # llama-server serves both
     async def chat_completions(body: ChatRequest, request: Request) -> Any:
         return await generate(body, request, chat_arguments, chat_choice_streams, chat_choices)
+
+    # -- Anthropic's Messages API, on the chat route's path ------------------------------------------
+    @app.post("/v1/messages", dependencies=keyed, include_in_schema=False)
+    async def messages(body: MessagesRequest, request: Request) -> Any:
+        chat = anthropic_messages.generating_chat_request(body)
+        return await generate(chat, request, chat_arguments, chat_choice_streams, chat_choices,
+                              anthropic_messages.VIEW)
+
+    @app.post("/v1/messages/count_tokens", dependencies=keyed, include_in_schema=False)
+    async def messages_count_tokens(body: CountTokensRequest) -> Any:
+        counted = await rendering(anthropic_messages.chat_request(body), input_tokens)
+        return {"input_tokens": counted["input_tokens"]}
 
     @app.post("/v1/embeddings", dependencies=keyed, responses=responses.EMBEDDINGS)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
@@ -248,7 +269,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             raise
         shaper = NativeShaper(llm, body, arguments, lease.served.name)
         if body.stream:
-            return await stream(lease, lambda: llm.completion_events(**arguments), shaper.stream_events, done=None)
+            return await stream(lease, lambda: llm.completion_events(**arguments), shaper.stream_events,
+                                form=bridge.LLAMA_SERVER)
         return await answer(request, lease, lambda: shaper.whole(llm.completion_events(**arguments)))
 
     @app.post("/infill", dependencies=keyed, include_in_schema=False)

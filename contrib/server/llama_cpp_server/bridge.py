@@ -16,6 +16,7 @@ import contextlib
 import json
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
 
@@ -179,6 +180,12 @@ def sse(data: Any) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
+def named_sse(event: tuple[str, Any]) -> bytes:
+    """One server-sent event with its name (``event: <name>``), as Anthropic's clients dispatch on it."""
+    name, data = event
+    return f"event: {name}\n".encode() + sse(data)
+
+
 DONE = b"data: [DONE]\n\n"
 
 
@@ -187,30 +194,56 @@ def ping_event() -> bytes:
     return f": ping - {datetime.now(timezone.utc)}\n\n".encode()
 
 
+@dataclass(frozen=True)
+class EventFormat:
+    """How a route writes its stream: each shaped event (``encode``), an error after the stream started
+    (``error(status, message, param, code)``: the status line is gone by then), a ping, and what ends it."""
+
+    encode: Callable[[Any], bytes]
+    error: Callable[[int, str, str | None, str | None], bytes]
+    ping: Callable[[], bytes]
+    done: bytes | None
+
+
+#: OpenAI's streams: JSON data events, OpenAI's error object, ``[DONE]`` at the end
+OPENAI = EventFormat(sse, lambda *error: sse(error_body(*error)), ping_event, DONE)
+#: llama-server's own routes: the same events, ending with nothing
+LLAMA_SERVER = EventFormat(sse, OPENAI.error, ping_event, None)
+
+
+@dataclass(frozen=True)
+class ResponseView:
+    """A chat answer in another API's shapes: ``stream(scope, model)`` makes the shaper of a stream's chunks,
+    ``whole(answer, scope, model)`` shapes a whole answer (``scope``: the call's engine requests, for what the
+    chunks do not carry; ``model``: the served model's name), ``form`` writes the stream."""
+
+    stream: Callable[[RequestScope, str], Callable[[Any], list[Any]]]
+    whole: Callable[[dict[str, Any], RequestScope, str], Any]
+    form: EventFormat
+
+
 async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callable[[Any], list[Any]],
-                     scope: RequestScope, done: bytes | None = DONE) -> AsyncIterator[bytes]:
-    """The SSE body: each item shaped into zero or more events, pings as comments, ``done`` at the end (OpenAI's
-    ``[DONE]``; llama-server's own routes end with nothing);
-    an error after the stream started is sent as an error event (the status line is gone by then).  However
-    it ends (a disconnect cancels the task that sends it), the scope's requests are cancelled first,
-    synchronously."""
+                     scope: RequestScope, form: EventFormat = OPENAI) -> AsyncIterator[bytes]:
+    """The SSE body: each item shaped into zero or more events, written in the route's ``form``, pings
+    between them; an error after the stream started is sent as the form's error event.  However it ends (a
+    disconnect cancels the task that sends it), the scope's requests are cancelled first, synchronously."""
     try:
         for event in shape(first):
-            yield sse(event)
+            yield form.encode(event)
         async for item in rest:
             if item is PING:
-                yield ping_event()
+                yield form.ping()
                 continue
             for event in shape(item):
-                yield sse(event)
+                yield form.encode(event)
     except APIError as exc:
-        yield sse(error_body(exc.status, exc.message, exc.param, exc.code))
+        yield form.error(exc.status, exc.message, exc.param, exc.code)
     except ValueError as exc:
-        yield sse(error_body(400, str(exc)))
+        yield form.error(400, str(exc), None, None)
     except Exception as exc:  # noqa: BLE001 - the client gets a clean end, the log the details
-        yield sse(error_body(500, f"internal error ({type(exc).__name__})"))
+        yield form.error(500, f"internal error ({type(exc).__name__})", None, None)
     finally:
         scope.cancel()
         await rest.aclose()
-    if done is not None:
-        yield done
+    if form.done is not None:
+        yield form.done

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -54,9 +54,26 @@ def prompt_too_long_body(exc: PromptTooLongError) -> dict[str, Any]:
     return body
 
 
-def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+#: another API's error object, for the routes that speak it: (status, message, param, code) -> (status, body)
+ErrorShape = Callable[[int, str, "str | None", "str | None"], "tuple[int, dict[str, Any]]"]
+
+
+class ErrorShapes:
+    """Which error object a path answers with: OpenAI's, but under a prefix registered with another API's
+    shape (Anthropic's routes answer in Anthropic's)."""
+
+    def __init__(self, shapes: Mapping[str, ErrorShape] | None = None) -> None:
+        self.shapes = dict(shapes or {})
+
+    def response(self, path: str, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None, body: dict[str, Any] | None = None) -> JSONResponse:
+        """The error response at ``path``; ``body`` an OpenAI-shaped body of its own (llama-server's extra
+        counts), used where the path speaks OpenAI's API."""
+        for prefix, shape in self.shapes.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                status, shaped = shape(status, message, param, code)
+                return JSONResponse(shaped, status_code=status, headers=headers)
+        return JSONResponse(body or error_body(status, message, param, code), status_code=status, headers=headers)
 
 
 def _location(loc: tuple[Any, ...]) -> str:
@@ -86,8 +103,9 @@ class CatchAll:
     sends its own error event first) can only end that response.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, shapes: ErrorShapes | None = None) -> None:
         self.app = app
+        self.shapes = shapes or ErrorShapes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -105,19 +123,27 @@ class CatchAll:
         except Exception as exc:  # noqa: BLE001 - the client gets a clean 500, the log the details
             log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await error_response(500, f"internal error ({type(exc).__name__}); the server's log has the "
-                                     "details")(scope, receive, send)
+                await self.shapes.response(scope.get("path", ""), 500, f"internal error ({type(exc).__name__}); "
+                                           "the server's log has the details")(scope, receive, send)
 
 
-def install(app: FastAPI, fields: Iterable[str] = (), keyed: Callable[[Request], bool] | None = None) -> None:
+def install(app: FastAPI, fields: Iterable[str] = (), keyed: Callable[[Request], bool] | None = None,
+            shapes: ErrorShapes | None = None) -> None:
     """Register the handlers on ``app``; ``fields``: the request bodies' field names, which a library
     error's ``param`` may name; ``keyed``: whether a request carries a valid API key, when keys are required
-    (a request without one learns nothing of the routes: 401 before 404, as llama-server answers)."""
+    (a request without one learns nothing of the routes: 401 before 404, as llama-server answers);
+    ``shapes``: the routes that answer in another API's error object."""
     known = frozenset(fields)
+    shapes = shapes or ErrorShapes()
+
+    def respond(request: Request, status: int, message: str, param: str | None = None,
+                       code: str | None = None, headers: dict[str, str] | None = None,
+                       body: dict[str, Any] | None = None) -> JSONResponse:
+        return shapes.response(request.url.path, status, message, param, code, headers, body)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.param, exc.code, exc.headers)
+        return respond(request, exc.status, exc.message, exc.param, exc.code, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -126,32 +152,33 @@ def install(app: FastAPI, fields: Iterable[str] = (), keyed: Callable[[Request],
         param = _location(tuple(first.get("loc", ())))
         kind = str(first.get("type", ""))
         if kind == "json_invalid":
-            return error_response(400, f"the request body is not valid JSON: {first.get('msg')}", None, "invalid_json")
+            return respond(request, 400, f"the request body is not valid JSON: {first.get('msg')}", None,
+                                  "invalid_json")
         if param == "body" and kind in ("model_attributes_type", "dict_type", "missing"):
-            return error_response(400, "the request body must be a JSON object", None, "invalid_body")
+            return respond(request, 400, "the request body must be a JSON object", None, "invalid_body")
         if kind == "extra_forbidden":
             message = f"{param}: unknown field"
         else:
             message = f"{param}: {first.get('msg', 'invalid value')}"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return error_response(422, message + more, param, kind or None)
+        return respond(request, 422, message + more, param, kind or None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         if isinstance(exc.__cause__, UnicodeDecodeError):  # FastAPI's "There was an error parsing the body"
-            return error_response(400, f"the request body is not valid UTF-8 (JSON must be UTF-8 encoded): "
+            return respond(request, 400, f"the request body is not valid UTF-8 (JSON must be UTF-8 encoded): "
                                   f"{exc.__cause__.reason} at byte {exc.__cause__.start}", None, "invalid_json")
         if exc.status_code == 404 and message == "Not Found":
             if keyed is not None and not keyed(request):
-                return error_response(401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
+                return respond(request, 401, "invalid or missing API key: send 'Authorization: Bearer <key>' or "
                                       "'X-Api-Key'", None, "invalid_api_key", {"WWW-Authenticate": "Bearer"})
             message = f"no route {request.method} {request.url.path}"
-        return error_response(exc.status_code, message, headers=getattr(exc, "headers", None))
+        return respond(request, exc.status_code, message, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
         message = str(exc)
         if isinstance(exc, PromptTooLongError):
-            return JSONResponse(prompt_too_long_body(exc), status_code=400)
-        return error_response(400, message, _param_of(message, known))
+            return respond(request, 400, message, "prompt", body=prompt_too_long_body(exc))
+        return respond(request, 400, message, _param_of(message, known))

@@ -15,7 +15,7 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import APIError, error_response
+from .errors import APIError, ErrorShapes
 
 
 _BEARER = HTTPBearer(auto_error=False, scheme_name="bearer", description="`Authorization: Bearer <key>`, as OpenAI's "
@@ -83,9 +83,10 @@ class BodyLimit:
     so a disconnect is still seen.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, shapes: ErrorShapes | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.shapes = shapes or ErrorShapes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -119,6 +120,6 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, f"the request body is larger than this server allows ({self.max_bytes} "
-                                  "bytes, max_body_bytes)", code="body_too_large")
+        response = self.shapes.response(scope.get("path", ""), 413, "the request body is larger than this server "
+                                        f"allows ({self.max_bytes} bytes, max_body_bytes)", code="body_too_large")
         await response(scope, receive, send)

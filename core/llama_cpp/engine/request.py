@@ -107,6 +107,7 @@ class Request:
     prompt_logits: np.ndarray | None = None
     n_generated: int = 0
     eog_token: int | None = None  # the end-of-generation token it stopped at (never handed out as an event)
+    stop_string: str | None = None  # the stop string that ended it, set by the reader that found it in the text
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
