@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Callable, Literal, Union
 
-from llama_cpp.engine import RequestScope
 from llama_cpp.engine.policy import MAX_TENANT_LENGTH
 from pydantic import BaseModel, ConfigDict, Field
 
-from .bridge import EventFormat, ResponseView, named_sse
+from .bridge import EventFormat, Served, named_sse
 from .schemas import ChatRequest
 
 # Anthropic's error types by status (its API answers a malformed body with 400, never 422)
@@ -353,7 +352,7 @@ class MessageStream:
 
     def __init__(self, model: str, facts: Callable[[], tuple[int, int, str | None]]) -> None:
         self.model = model
-        self.prompt = facts  # asked when the stream starts and when it ends (:func:`engine_facts`)
+        self.prompt = facts  # asked when the stream starts and when it ends (:meth:`.Served.engine_facts`)
         self.started = False
         self.index = -1
         self.open: str | None = None  # the type of the block that is open
@@ -429,32 +428,19 @@ def error_shape(status: int, message: str, param: str | None, code: str | None) 
     return (400 if status == 422 else status), error_body(status, message)
 
 
-def engine_facts(scope: RequestScope) -> tuple[int, int, str | None]:
-    """What a chat call's engine requests tell that its chunks do not: the prompt's tokens, how many of them
-    came from memory (a reused prefix: ``cache_read_input_tokens``), and the stop string that ended it."""
-    requests = scope.requests
-    if not requests:
-        return 0, 0, None
-    first, last = requests[0], requests[-1]
-    return len(first.prompt), max(0, len(first.prompt) - first.n_prompt_evaluated), last.stop_string
+_FORM = EventFormat(named_sse, lambda status, message, param, code: named_sse(("error", error_body(status, message))),
+                    lambda: named_sse(("ping", {"type": "ping"})), None)
 
 
-def _whole(chat: dict[str, Any], scope: RequestScope, model: str) -> dict[str, Any]:
-    _, n_cached, stop_sequence = engine_facts(scope)
-    return message(chat, model, stop_sequence, n_cached)
+class MessagesView:
+    """Anthropic's view of the chat route's answers, in its named events (no end marker: ``message_stop``
+    ends a stream)."""
 
+    form = _FORM
 
-def _stream(scope: RequestScope, model: str) -> Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
-    return MessageStream(model, lambda: engine_facts(scope)).events
+    def stream(self, served: Served) -> Callable[[Any], list[Any]]:
+        return MessageStream(served.model, served.engine_facts).events
 
-
-def _stream_error(status: int, message: str, param: str | None, code: str | None) -> bytes:
-    return named_sse(("error", error_body(status, message)))
-
-
-def _ping() -> bytes:
-    return named_sse(("ping", {"type": "ping"}))
-
-
-#: Anthropic's view of the chat route's answers, and its named events (no end marker: ``message_stop`` ends it)
-VIEW = ResponseView(stream=_stream, whole=_whole, form=EventFormat(named_sse, _stream_error, _ping, None))
+    def whole(self, answer: dict[str, Any], served: Served) -> dict[str, Any]:
+        _, n_cached, stop_sequence = served.engine_facts()
+        return message(answer, served.model, stop_sequence, n_cached)

@@ -23,9 +23,11 @@ from starlette.concurrency import run_in_threadpool
 import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import anthropic_messages, bridge, errors, llama_server_timings, responses
+from . import anthropic_messages, bridge, errors, llama_server_timings, openai_responses, responses
 from .anthropic_messages import CountTokensRequest, MessagesRequest
-from .bridge import EventFormat, ResponseView, Workers, open_stream, run_call, sse_events
+from .openai_responses import InputTokensRequest, ResponsesRequest, ResponsesView
+from .response_store import ResponseStore
+from .bridge import EventFormat, ResponseView, Served, Workers, open_stream, run_call, sse_events
 from .guards import BodyLimit, key_index, request_tenant, require_api_key
 from .choices import chat_choice_streams, chat_choices
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -66,6 +68,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     server = server_settings
     pool = pool or ModelPool(model_settings, server)
     workers = Workers()
+    stored = ResponseStore(server.responses_max_count, server.responses_max_bytes, server.responses_folder)
     ping_interval = None if server.disable_ping_events else bridge.PING_INTERVAL
 
     @contextlib.asynccontextmanager
@@ -163,14 +166,14 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         def measured() -> dict[str, Any] | None:
             return llama_server_timings.of_requests(request_scope.requests)
 
+        served = Served(request_scope, lease.served.name, llm)
         if body.stream:
-            shape = (view.stream(request_scope, lease.served.name) if view is not None
-                     else stream_shaper(body, measured))
+            shape = view.stream(served) if view is not None else stream_shaper(body, measured)
             return await stream(lease, lambda: streamed(llm, prepared), shape,
                                 form=view.form if view is not None else bridge.OPENAI, request_scope=request_scope)
         result = await answer(request, lease, lambda: whole(llm, prepared), request_scope)
         if view is not None:
-            return result if isinstance(result, Response) else view.whole(result, request_scope, lease.served.name)
+            return result if isinstance(result, Response) else view.whole(result, served)
         if isinstance(result, dict) and (timings := measured()) is not None:
             result["timings"] = timings
         return result
@@ -203,12 +206,59 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def messages(body: MessagesRequest, request: Request) -> Any:
         chat = anthropic_messages.generating_chat_request(body)
         return await generate(chat, request, chat_arguments, chat_choice_streams, chat_choices,
-                              anthropic_messages.VIEW)
+                              anthropic_messages.MessagesView())
 
     @app.post("/v1/messages/count_tokens", dependencies=keyed, include_in_schema=False)
     async def messages_count_tokens(body: CountTokensRequest) -> Any:
         counted = await rendering(anthropic_messages.chat_request(body), input_tokens)
         return {"input_tokens": counted["input_tokens"]}
+
+    # -- OpenAI's Responses API, on the chat route's path, with stored responses ---------------------------
+    def stored_response(response_id: str, request: Request) -> Any:
+        record = stored.get(response_id, request_tenant(request, None))
+        if record is None:  # another key's response is as unknown as one that never existed
+            raise errors.APIError(404, f"no stored response {response_id!r}", param="response_id")
+        return record
+
+    def history(body: Any, request: Request) -> list[dict[str, Any]]:
+        if body.previous_response_id is None:
+            return []
+        record = stored.get(body.previous_response_id, request_tenant(request, None))
+        if record is None:
+            raise errors.APIError(404, f"previous_response_id: no stored response {body.previous_response_id!r} "
+                                  "(made with store: true, by this API key, and not deleted or evicted)",
+                                  param="previous_response_id")
+        return list(record.conversation)
+
+    @app.post("/v1/responses", dependencies=keyed, include_in_schema=False)
+    async def create_response(body: ResponsesRequest, request: Request) -> Any:
+        chat = openai_responses.generating_chat_request(body, history(body, request))
+        view = ResponsesView(body, stored, request_tenant(request, None), chat.messages)
+        return await generate(chat, request, chat_arguments, chat_choice_streams, chat_choices, view)
+
+    @app.post("/v1/responses/input_tokens", dependencies=keyed, include_in_schema=False)
+    async def response_input_tokens(body: InputTokensRequest, request: Request) -> Any:
+        counted = await rendering(openai_responses.chat_request(body, history(body, request)), input_tokens)
+        return {"object": "response.input_tokens", "input_tokens": counted["input_tokens"]}
+
+    @app.get("/v1/responses/{response_id}", dependencies=keyed, include_in_schema=False)
+    async def get_response(response_id: str, request: Request) -> Any:
+        return stored_response(response_id, request).response
+
+    @app.delete("/v1/responses/{response_id}", dependencies=keyed, include_in_schema=False)
+    async def delete_response(response_id: str, request: Request) -> Any:
+        if not stored.delete(response_id, request_tenant(request, None)):
+            raise errors.APIError(404, f"no stored response {response_id!r}", param="response_id")
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    @app.get("/v1/responses/{response_id}/input_items", dependencies=keyed, include_in_schema=False)
+    async def response_input_items(response_id: str, request: Request, limit: int = 20, order: str = "desc",
+                                   after: str | None = None) -> Any:
+        if not 1 <= limit <= 100:
+            raise errors.APIError(400, f"limit: 1 to 100, got {limit}", param="limit")
+        if order not in ("asc", "desc"):
+            raise errors.APIError(400, f"order: 'asc' or 'desc', got {order!r}", param="order")
+        return openai_responses.input_items_page(stored_response(response_id, request), limit, order, after)
 
     @app.post("/v1/embeddings", dependencies=keyed, responses=responses.EMBEDDINGS)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:

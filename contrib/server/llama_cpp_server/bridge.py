@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, Protocol
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -212,14 +212,33 @@ LLAMA_SERVER = EventFormat(sse, OPENAI.error, ping_event, None)
 
 
 @dataclass(frozen=True)
-class ResponseView:
-    """A chat answer in another API's shapes: ``stream(scope, model)`` makes the shaper of a stream's chunks,
-    ``whole(answer, scope, model)`` shapes a whole answer (``scope``: the call's engine requests, for what the
-    chunks do not carry; ``model``: the served model's name), ``form`` writes the stream."""
+class Served:
+    """What a :class:`ResponseView` knows of the call it shapes besides the chunks: its engine requests
+    (``scope``), the served model's name and the model."""
 
-    stream: Callable[[RequestScope, str], Callable[[Any], list[Any]]]
-    whole: Callable[[dict[str, Any], RequestScope, str], Any]
+    scope: RequestScope
+    model: str
+    llama: Any
+
+    def engine_facts(self) -> tuple[int, int, str | None]:
+        """What the call's engine requests tell that its chunks do not: the prompt's tokens, how many of them
+        came from memory (a reused prefix), and the stop string that ended it."""
+        requests = self.scope.requests
+        if not requests:
+            return 0, 0, None
+        first, last = requests[0], requests[-1]
+        return len(first.prompt), max(0, len(first.prompt) - first.n_prompt_evaluated), last.stop_string
+
+
+class ResponseView(Protocol):
+    """A chat answer in another API's shapes (Anthropic's message, OpenAI's response): the shaper of a
+    stream's chunks, a whole answer, and how the stream is written."""
+
     form: EventFormat
+
+    def stream(self, served: Served) -> Callable[[Any], list[Any]]: ...
+
+    def whole(self, answer: dict[str, Any], served: Served) -> Any: ...
 
 
 async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callable[[Any], list[Any]],

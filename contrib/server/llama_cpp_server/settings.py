@@ -330,6 +330,11 @@ class ServerSettings(BaseModel):
                                                     "nothing, as llama-server's changes nothing; off: 501")
     slot_save_path: str | None = Field(None, description="the folder POST /slots/{id}?action=save|restore reads "
                                                          "and writes (llama-server's --slot-save-path); none: 501")
+    responses_max_count: int = Field(1000, ge=1, description="stored responses of /v1/responses kept (store: "
+                                                             "true); the least recently used go first")
+    responses_max_bytes: int = Field(64 << 20, ge=1024, description="bytes of stored responses kept")
+    responses_folder: str | None = Field(None, description="a folder where stored responses are also written "
+                                                           "(JSON), so they outlive a restart; none: memory only")
     # request defaults for what a request leaves out (llama-server's --temp, --top-k, --top-p, --min-p, -n);
     # None: the library's own default
     default_temperature: float | None = Field(None, ge=0.0, description="the temperature of requests that set none")

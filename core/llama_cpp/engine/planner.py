@@ -32,6 +32,9 @@ from .slot import BatchRow, MediaRow, RowKind, Slot, TickPlan
 from .stats import Counters
 from .step import DraftWanted, Step
 
+# the share of a prompt a sequence must already hold for its memory to decide where the prompt goes
+MIN_PREFIX_SHARE = 0.1
+
 
 class Planner:
     """Admission, slot bookkeeping and each tick's plan (see the module's docstring).
@@ -292,7 +295,10 @@ class Planner:
         slot.step_state = suspended.step_state
 
     def _choose_slot(self, request: Request) -> Slot | None:
-        """A free slot: the one that holds the longest prefix of the prompt, else the least recently used."""
+        """A free slot: the one that holds the longest prefix of the prompt, else the least recently used.  A
+        prefix shorter than :data:`MIN_PREFIX_SHARE` of the prompt (a chat template's opening tokens) counts as
+        none, so that a new conversation does not take the sequence of another that shares only those, while a
+        sequence that holds nothing worth keeping is free (llama-server's slot similarity, the same rule)."""
         free = [s for s in self.candidate_slots(request) if s.request is None]
         if not free:
             return None
@@ -302,8 +308,13 @@ class Planner:
             held = request.suspended.snapshot
             return max(free, key=lambda s: (s.ledger.reusable_prefix(held.tokens, held.adapters or NO_ADAPTERS),
                                             -s.last_used))
-        return max(free, key=lambda s: (s.ledger.reusable_prefix(request.prompt, request.adapter_key),
-                                        -s.last_used))
+        worth = MIN_PREFIX_SHARE * len(request.prompt)
+
+        def reuse(slot: Slot) -> int:
+            prefix = slot.ledger.reusable_prefix(request.prompt, request.adapter_key)
+            return prefix if prefix >= worth else 0
+
+        return max(free, key=lambda s: (reuse(s), -s.last_used))
 
     def _start(self, slot: Slot, request: Request) -> None:
         """Put ``request`` into ``slot``: reuse what the sequence holds, take over its sampler."""
