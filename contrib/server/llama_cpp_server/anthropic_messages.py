@@ -18,7 +18,7 @@ from llama_cpp.engine.policy import MAX_TENANT_LENGTH
 from pydantic import BaseModel, ConfigDict, Field
 
 from .bridge import EventFormat, Served, named_sse
-from .schemas import ChatRequest
+from .schemas import ChatRequest, SamplerFields
 
 # Anthropic's error types by status (its API answers a malformed body with 400, never 422)
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -165,8 +165,9 @@ class _Conversation(BaseModel):
     cache_control: CacheControl | None = None  # on the last block that can carry one
 
 
-class MessagesRequest(_Conversation):
-    """The body of ``POST /v1/messages``."""
+class MessagesRequest(_Conversation, SamplerFields):
+    """The body of ``POST /v1/messages``; beside Anthropic's fields, every sampler parameter of the core
+    (``min_p``, ``repeat_penalty``, ``grammar``..., sent in the SDK's ``extra_body``), as on the chat route."""
 
     max_tokens: int = Field(ge=1)
     stop_sequences: list[str] | None = None
@@ -282,8 +283,7 @@ def chat_request(body: _Conversation, **generation: Any) -> ChatRequest:
 
 def generating_chat_request(body: MessagesRequest) -> ChatRequest:
     """A ``/v1/messages`` body as the chat route's request (sampling, limits and the tenant included)."""
-    sampling = {name: value for name, value in (("temperature", body.temperature), ("top_p", body.top_p),
-                                                ("top_k", body.top_k)) if value is not None}
+    sampling = {name: getattr(body, name) for name in SamplerFields.model_fields if getattr(body, name) is not None}
     user = body.metadata.user_id if body.metadata is not None else None
     return chat_request(body, max_tokens=body.max_tokens, stop=body.stop_sequences, stream=body.stream, user=user,
                         **sampling)

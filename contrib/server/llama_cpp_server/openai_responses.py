@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from .bridge import LLAMA_SERVER, EventFormat, Served, named_sse
 from .errors import APIError, error_body
 from .response_store import ResponseStore, StoredResponse
-from .schemas import ChatRequest
+from .schemas import ChatRequest, SamplerFields
 
 
 class _Part(BaseModel):
@@ -169,8 +169,9 @@ class _Body(BaseModel):
     reasoning: ReasoningConfig | None = None
 
 
-class ResponsesRequest(_Body):
-    """The body of ``POST /v1/responses``."""
+class ResponsesRequest(_Body, SamplerFields):
+    """The body of ``POST /v1/responses``; beside OpenAI's fields, every sampler parameter of the core
+    (``top_k``, ``min_p``, ``grammar``..., sent in the SDK's ``extra_body``), as on the chat route."""
 
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -313,8 +314,7 @@ def generating_chat_request(body: ResponsesRequest, history: list[dict[str, Any]
     if body.background:
         raise APIError(400, "background: responses run while the request waits here (leave it false)",
                        param="background")
-    sampling = {name: value for name, value in (("temperature", body.temperature), ("top_p", body.top_p))
-                if value is not None}
+    sampling = {name: getattr(body, name) for name in SamplerFields.model_fields if getattr(body, name) is not None}
     logprobs = {"logprobs": True, "top_logprobs": body.top_logprobs} if body.top_logprobs else {}
     return chat_request(body, history, max_tokens=body.max_output_tokens, stream=body.stream,
                         user=body.user or body.safety_identifier, **sampling, **logprobs)

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 from llama_cpp_server import Settings, create_app
 
-from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
+from llama_cpp.testing import TinyLlamaSpec, llama_cpp_source_dir, write_tiny_llama
 
 # a template with a system turn, tools and a generation prompt: enough for chat, tools and JSON tests
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
@@ -116,6 +116,15 @@ def chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random llama with a small chat template (F32, fast, exact greedy text)."""
     return write_tiny_llama(tmp_path_factory.mktemp("server-model") / "tiny-chat.gguf",
                             TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
+
+
+@pytest.fixture(scope="session")
+def reasoning_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama with Qwen3's chat template (its thinking markers, its tool calls): a grammar forces
+    a reply such as ``<think>abc</think>answer`` to test how the thinking is split out."""
+    template = (llama_cpp_source_dir() / "models" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
+    return write_tiny_llama(tmp_path_factory.mktemp("reasoning") / "tiny-qwen3.gguf",
+                            TinyLlamaSpec(chat_template=template))
 
 
 def tiny_settings(model_path: Path, **overrides: Any) -> Settings:

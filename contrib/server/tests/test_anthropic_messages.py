@@ -7,6 +7,7 @@ text streamed and not, equal to llama-server's); a forced tool call is checked a
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,3 +231,57 @@ def test_a_thinking_stream_opens_a_block_per_kind_and_signs_the_thinking() -> No
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
     assert events[-2][1]["usage"] == {"input_tokens": 6, "cache_creation_input_tokens": 0,
                                       "cache_read_input_tokens": 4, "output_tokens": 3}
+
+
+@pytest.fixture(scope="module")
+def thinker(reasoning_model_path: Path) -> Iterator[anthropic.Anthropic]:
+    with running(tiny_settings(reasoning_model_path, n_seq_max=1, n_ctx=1024)) as base:
+        yield anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
+
+
+def forced(reply: str) -> dict[str, Any]:
+    """A reply the grammar forces (the core's ``grammar``, a sampler field the route takes beside Anthropic's)."""
+    return {**GREEDY, "grammar": "root ::= " + json.dumps(reply)}
+
+
+def test_thinking_is_a_thinking_block_streamed_and_not(thinker: anthropic.Anthropic) -> None:
+    asked = dict(model="tiny", max_tokens=64, messages=[{"role": "user", "content": "hi"}],
+                 thinking={"type": "enabled", "budget_tokens": 1024}, extra_body=forced("<think>abc</think>answer"))
+    whole = thinker.messages.create(**asked)  # type: ignore[call-overload]
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in whole.content] == [
+        ("thinking", "abc"), ("text", "answer")]
+    assert whole.content[0].signature == "" and whole.stop_reason == "end_turn"
+    with thinker.messages.stream(**asked) as stream:  # type: ignore[arg-type]
+        deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
+        final = stream.get_final_message()
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in whole.content]
+    assert deltas[0] == "thinking_delta" and deltas[-1] == "text_delta" and "signature_delta" in deltas
+
+
+def test_a_tool_use_after_the_thinking(thinker: anthropic.Anthropic) -> None:
+    reply = '<think>abc</think><tool_call>\n{"name": "get_weather", "arguments": {"unit": "celsius"}}\n</tool_call>'
+    whole = thinker.messages.create(model="tiny", max_tokens=96, messages=[{"role": "user", "content": "hi"}],
+                                    tools=TOOLS, thinking={"type": "enabled", "budget_tokens": 1024},
+                                    extra_body=forced(reply))
+    assert [b.type for b in whole.content] == ["thinking", "tool_use"] and whole.stop_reason == "tool_use"
+    assert whole.content[1].input == {"unit": "celsius"}
+
+
+def test_an_image_block_is_the_chat_routes_image_part(tiny_mtmd_model: Any, tiny_png: Any) -> None:
+    text, mmproj = tiny_mtmd_model("gemma3")
+    data = base64.b64encode(tiny_png(64, 64).read_bytes()).decode()
+    settings = tiny_settings(text, mmproj_path=str(mmproj), n_seq_max=1, n_ctx=4096)
+    with running(settings) as base:
+        client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
+        image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+        seen = client.messages.create(model="tiny", max_tokens=8, extra_body=GREEDY, messages=[
+            {"role": "user", "content": [image, {"type": "text", "text": "What is this?"}]}])
+        chat = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+            "max_tokens": 8, "temperature": 0, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+                {"type": "text", "text": "What is this?"}]}]}).json()
+        blind = client.messages.create(model="tiny", max_tokens=8, extra_body=GREEDY,
+                                       messages=[{"role": "user", "content": "What is this?"}])
+    assert seen.content[0].text == chat["choices"][0]["message"]["content"]
+    assert seen.usage.input_tokens + seen.usage.cache_read_input_tokens == chat["usage"]["prompt_tokens"]
+    assert chat["usage"]["prompt_tokens"] > blind.usage.input_tokens + blind.usage.cache_read_input_tokens

@@ -13,17 +13,14 @@ import httpx
 import pytest
 from serving import assert_error, llama_server, running, tiny_settings
 
-from llama_cpp.testing import TinyLlamaSpec, llama_cpp_source_dir, write_tiny_llama
 
 REPLIES = ["<think>abc</think>answer", "<think>\n abc \n</think>\n\nanswer ", "answer <think>x</think>",
            '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>']
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    template = (llama_cpp_source_dir() / "models" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
-    model: Path = write_tiny_llama(tmp_path_factory.mktemp("reasoning") / "tiny-qwen3.gguf",
-                                   TinyLlamaSpec(chat_template=template))
+def both(reasoning_model_path: Path) -> Iterator[tuple[str, str]]:
+    model = reasoning_model_path
     with running(tiny_settings(model, n_seq_max=1, n_ctx=1024)) as ours, \
             llama_server(model, "-c", "1024", "-np", "1") as theirs:
         yield ours, theirs

@@ -9,6 +9,7 @@ continuation evaluates is measured on SmolLM2, whose generated text tokenizes ba
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,3 +282,42 @@ def test_openai_agents_runs_on_the_default_responses_model(both: tuple[str, str]
     judge = agents.Agent(name="judge", instructions="Judge the day.", model=model(), output_type=Verdict,
                          model_settings=agents.ModelSettings(temperature=0, max_tokens=100))
     assert isinstance(agents.Runner.run_sync(judge, "A quiet Sunday.").final_output, Verdict)
+
+
+@pytest.fixture(scope="module")
+def thinker(reasoning_model_path: Path) -> Iterator[openai.OpenAI]:
+    with running(tiny_settings(reasoning_model_path, n_seq_max=1, n_ctx=1024)) as base:
+        yield openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+
+
+def test_reasoning_is_a_reasoning_item_streamed_and_not(thinker: openai.OpenAI) -> None:
+    asked = dict(model="tiny", input="hi", max_output_tokens=64, temperature=0, reasoning={"effort": "low"},
+                 extra_body={"grammar": "root ::= " + json.dumps("<think>abc</think>answer")})
+    whole = thinker.responses.create(**asked)  # type: ignore[call-overload]
+    reasoning, message = whole.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "abc"
+    assert message.type == "message" and whole.output_text == "answer" and whole.status == "completed"
+    assert whole.usage.output_tokens_details.reasoning_tokens > 0
+    with thinker.responses.stream(**asked) as stream:  # type: ignore[arg-type]
+        events = list(stream)
+        final = stream.get_final_response()
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "abc"
+    assert final.output_text == whole.output_text and final.output[0].content[0].text == "abc"
+    # continued: the stored reasoning goes back to the template as the assistant's reasoning_content
+    again = thinker.responses.create(**{**asked, "input": "more", "previous_response_id": whole.id})
+    assert again.output_text == "answer"
+
+
+def test_an_input_image_is_the_chat_routes_image_part(tiny_mtmd_model: Any, tiny_png: Any) -> None:
+    text, mmproj = tiny_mtmd_model("gemma3")
+    url = "data:image/png;base64," + base64.b64encode(tiny_png(64, 64).read_bytes()).decode()
+    with running(tiny_settings(text, mmproj_path=str(mmproj), n_seq_max=1, n_ctx=4096)) as base:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        seen = client.responses.create(model="tiny", max_output_tokens=8, temperature=0, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": url},
+                                         {"type": "input_text", "text": "What is this?"}]}])
+        chat = client.chat.completions.create(model="tiny", max_tokens=8, temperature=0, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": "What is this?"}]}])
+    assert seen.output_text == chat.choices[0].message.content
+    assert seen.usage.input_tokens == chat.usage.prompt_tokens
