@@ -9,6 +9,8 @@ import pytest
 
 from llama_cpp import Llama
 from llama_cpp.completion_events import CompletionEvent
+from llama_cpp.line_limits import LineLimits
+from llama_cpp.llama_grammar import LlamaGrammar
 
 PROMPT = "Once upon a time"
 
@@ -77,3 +79,27 @@ def test_the_keywords_that_shape_openai_objects_are_refused(tiny: Llama) -> None
             tiny.completion_events(PROMPT, **{name: True})
     with pytest.raises(TypeError):
         tiny.completion_events(PROMPT, no_such_keyword=1)
+
+
+def test_n_indent_takes_back_the_first_line_indented_less() -> None:
+    rules = LineLimits(n_indent=4)
+    pieces = ["def f():", "\n", "    ", "return", " 1", "\n", "x"]
+    outcomes = [rules.feed(piece, 0.0) for piece in pieces]
+    assert outcomes == [None] * 6 + [1]  # stopped at "x": its line's one character taken back
+    assert rules.text[:-1] == "def f():\n    return 1\n"
+
+
+def test_t_max_predict_ms_stops_at_a_line_break_after_the_time() -> None:
+    rules = LineLimits(t_max_predict_ms=10)
+    assert [rules.feed(piece, ms) for piece, ms in [("a\n", 5.0), ("b", 12.0), ("\n", 13.0)]] == [None, None, 0]
+    assert not LineLimits().active and LineLimits(n_indent=1).active
+
+
+def test_line_rules_end_a_choice_at_the_limit(tiny: Llama) -> None:
+    events = list(tiny.completion_events(PROMPT, max_tokens=12, temperature=0, t_max_predict_ms=1e-6,
+                                         grammar=LlamaGrammar.from_string('root ::= "ab\\ncd\\nef"')))
+    tokens, last = _split(events)
+    assert "".join(e.text for e in tokens).endswith("\n") and last.end is not None
+    assert last.end.stop_type == "limit" and last.end.n_generated == len(tokens)
+    with pytest.raises(ValueError, match="n_indent"):
+        tiny.completion_events(PROMPT, n_indent=-1)

@@ -25,6 +25,7 @@ from .engine.media import MediaPrompt, text_only
 from .engine.policy import check_priority, check_tenant, current_tags
 from .engine.normalize import choice_count, choice_seed, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
+from .line_limits import LineLimits
 from .sampling import sampling_arguments
 
 if TYPE_CHECKING:
@@ -235,20 +236,23 @@ class CompletionAPI(LlamaBase):
             return chunks
         return _merge_chunks(list(chunks))
 
-    def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]],
-                          **keywords: Any) -> Iterator[CompletionEvent]:
+    def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
+                          t_max_predict_ms: float = -1, **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
-        ``stream``, ``echo`` and ``model``, which shape OpenAI's objects."""
+        ``stream``, ``echo`` and ``model``, which shape OpenAI's objects; ``n_indent`` and ``t_max_predict_ms``
+        are llama-server's line rules for code completion (:mod:`llama_cpp.line_limits`)."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
                             "OpenAI objects)")
+        if isinstance(n_indent, bool) or not isinstance(n_indent, int) or n_indent < 0:
+            raise ValueError(f"n_indent must be a whole number of spaces or tabs, 0 for no rule, got {n_indent!r}")
         bound = inspect.signature(CompletionAPI.create_completion).bind(self, prompt, **keywords)
         bound.apply_defaults()
         choices, _ = self._completion_choices(bound.arguments)
-        return self._completion_events(choices)
+        return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms))
 
     def _completion_choices(self, call: Mapping[str, Any]) -> tuple[list[_Choice], int]:
         """The choices of a :meth:`create_completion` call whose arguments are ``call`` (its ``locals()``), each
@@ -378,31 +382,48 @@ class CompletionAPI(LlamaBase):
         yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                                                      "total_tokens": n_prompt + n_completion})
 
-    def _completion_events(self, choices: list[_Choice]) -> Iterator[CompletionEvent]:
-        """llama-server's view of the same tokens (:meth:`completion_events`)."""
-        n_ctx = self._live_scheduler().ctx.n_ctx_seq
+    def _completion_events(self, choices: list[_Choice], rules: LineLimits) -> Iterator[CompletionEvent]:
+        """llama-server's view of the same tokens (:meth:`completion_events`); ``rules`` (a template: each choice
+        has its own copy) may end a choice at a line, its request cancelled and the tokens read past it left out."""
+        scheduler = self._live_scheduler()
+        n_ctx = scheduler.ctx.n_ctx_seq
+        watched = {c.index: attrs.evolve(rules) for c in choices} if rules.active else {}
+        limited: dict[int, tuple[int, int]] = {}  # choice -> (characters taken back, tokens generated) at its limit
         for choice, event, text in self._read(choices):
             n_prompt = len(choice.prompt.tokens)
-            if event is not None:
-                yield CompletionEvent(choice.index, event.token, text, n_prompt, event.logprob, event.top)
-                continue
             request = choice.request
-            ended = time.perf_counter()
-            eog = request.eog_token
+            now = time.perf_counter()
+            first = request.first_token or now
+            n_cached = max(0, n_prompt - request.n_prompt_evaluated)
+            prompt_ms = (first - request.started) * 1000.0 if request.started else 0.0
+            predicted_ms = (now - first) * 1000.0
+            limit = limited.get(choice.index)
+            if event is not None:
+                if limit is not None:
+                    continue  # read ahead of the line that ended it
+                yield CompletionEvent(choice.index, event.token, text, n_prompt, event.logprob, event.top,
+                                      n_cached=n_cached, prompt_ms=prompt_ms, predicted_ms=predicted_ms)
+                rule = watched.get(choice.index)
+                trim = rule.feed(text, predicted_ms) if rule is not None else None
+                if trim is not None:
+                    limited[choice.index] = (trim, choice.n_read)
+                    scheduler.cancel(request)
+                continue
+            eog = request.eog_token if limit is None else None
             if eog is not None:  # llama-server reports it as a token of no text
-                yield CompletionEvent(choice.index, eog, "", n_prompt)
-            matched = request.stop_string
-            stop_type: StopType = ("word" if matched is not None else "eos" if eog is not None
+                yield CompletionEvent(choice.index, eog, "", n_prompt, n_cached=n_cached, prompt_ms=prompt_ms,
+                                      predicted_ms=predicted_ms)
+            matched = request.stop_string if limit is None else None
+            stop_type: StopType = ("limit" if limit is not None else "word" if matched is not None
+                                   else "eos" if eog is not None
                                    else "limit" if request.finish_reason == "length" else "none")
-            n_generated = choice.n_read + (eog is not None)
-            first = request.first_token or ended
-            yield CompletionEvent(choice.index, None, text, n_prompt, end=CompletionEnd(
+            n_generated = limit[1] if limit is not None else choice.n_read + (eog is not None)
+            yield CompletionEvent(choice.index, None, "" if limit is not None else text, n_prompt, end=CompletionEnd(
                 stop_type=stop_type, stopping_word=matched or "", prompt_tokens=tuple(choice.prompt.tokens),
-                n_cached=max(0, n_prompt - request.n_prompt_evaluated), n_generated=n_generated,
-                prompt_ms=(first - request.started) * 1000.0 if request.started else 0.0,
-                predicted_ms=(ended - first) * 1000.0,
-                context_full=stop_type == "limit" and n_prompt + n_generated >= n_ctx,
-                sequence=request.seq_id if request.seq_id is not None else -1))
+                n_cached=n_cached, n_generated=n_generated, prompt_ms=prompt_ms, predicted_ms=predicted_ms,
+                context_full=limit is None and stop_type == "limit" and n_prompt + n_generated >= n_ctx,
+                sequence=request.seq_id if request.seq_id is not None else -1,
+                taken_back=limit[0] if limit is not None else 0))
 
     def __call__(
         self,

@@ -32,6 +32,7 @@ class CompletionEnd:
     predicted_ms: float  # from its first token to its last
     context_full: bool  # the token limit was the end of the context, not the request's own limit
     sequence: int  # the engine sequence it ran in (llama-server's slot); -1 if it never got one
+    taken_back: int = 0  # characters at the end of its text that a line rule took back (n_indent's last line)
 
     @property
     def n_prompt(self) -> int:
@@ -50,6 +51,11 @@ class CompletionEvent:
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()  # the top alternatives (token, logprob), with ``logprobs``
     end: CompletionEnd | None = None
+    # how the choice stands as this token comes out (llama-server's per-token timings): its prompt's tokens that
+    # came from memory, how long the prompt took, how long since its first token
+    n_cached: int = 0
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
 
 
 @attrs.frozen

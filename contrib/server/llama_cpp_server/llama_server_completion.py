@@ -91,19 +91,21 @@ class NativeCompletionRequest(BaseModel):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     grammar_lazy: bool = False
+    n_indent: int = Field(0, ge=0, description="stop at the first line after the first indented less (code "
+                                               "completion)")
+    t_max_predict_ms: float = Field(-1, description="stop at a line break once generating has taken that long")
+    t_max_prompt_ms: float = Field(-1, description="accepted and unused, as llama-server leaves it unused")
     # llama-server's fields this server does not implement: accepted at their neutral values only
     id_slot: int = -1
     n_keep: int = 0
     n_discard: int = 0
-    n_indent: int = 0
     n_cache_reuse: int = 0
-    t_max_predict_ms: int = -1
     return_progress: bool = False
     lora: list[LoraEntry] | None = None
 
 
-_NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_indent": 0, "n_cache_reuse": 0, "t_max_predict_ms": -1,
-            "return_progress": False, "post_sampling_probs": False, "timings_per_token": False}
+_NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "return_progress": False,
+            "post_sampling_probs": False}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -233,7 +235,8 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         mirostat_mode=body.mirostat, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
         adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
-        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras)
+        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
+        n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms)
 
 
 def _stops(body: NativeCompletionRequest) -> list[str]:
@@ -320,6 +323,9 @@ class NativeShaper:
         out: dict[str, Any] = {"index": index, "content": event.text, "tokens": [event.token], "stop": False,
                                "id_slot": -1, "tokens_predicted": len(self.tokens[index]),
                                "tokens_evaluated": event.n_prompt}
+        if self.body.timings_per_token:
+            out["timings"] = llama_server_timings.timings(event.n_prompt, event.n_cached, len(self.tokens[index]),
+                                                          event.prompt_ms, event.predicted_ms)
         if self.body.n_probs and event.logprob is not None:
             probability = self._probability(event)
             self.probs.setdefault(index, []).append(probability)
@@ -334,6 +340,8 @@ class NativeShaper:
         index = event.index
         self.texts.setdefault(index, []).append(event.text)
         content = "".join(self.texts[index])
+        if end.taken_back:  # n_indent's last line, taken back from the whole text (a stream sent it already)
+            content = content[:len(content) - end.taken_back]
         prompt = prompt_text(self.llm, end.prompt_tokens)
         out: dict[str, Any] = {
             "index": index, "content": "" if streamed else content,

@@ -16,14 +16,15 @@ from llama_cpp.engine import EngineStats
 from .models import ModelPool
 
 # name -> (type, help): llama-server's names (tools/server, with its "llamacpp:" prefix), types and help texts,
-# in its order (counters, then gauges).  Its prompt_tokens_cached_total and n_tokens_max are not here: the
-# engine does not count them (docs/server.md)
+# in its order (counters, then gauges)
 _METRICS = {
     "prompt_tokens_total": ("counter", "Number of prompt tokens processed, excluding cached tokens"),
+    "prompt_tokens_cached_total": ("counter", "Number of prompt tokens reused from the cache"),
     "prompt_seconds_total": ("counter", "Total time spent processing prompts"),
     "tokens_predicted_total": ("counter", "Number of generation tokens processed"),
     "tokens_predicted_seconds_total": ("counter", "Total time spent generating tokens"),
     "n_decode_total": ("counter", "Total number of llama_decode() calls"),
+    "n_tokens_max": ("counter", "Largest observed sequence length (prompt + generation)"),
     "spec_decode_num_draft_tokens_total": ("counter", "Speculative: Total draft tokens generated"),
     "spec_decode_num_accepted_tokens_total": ("counter", "Speculative: Total draft tokens accepted by the target "
                                                          "model"),
@@ -42,6 +43,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4"
 def _values(stats: EngineStats, speculation: dict[str, Any]) -> dict[str, float]:
     return {
         "prompt_tokens_total": stats.n_prompt_tokens,
+        "prompt_tokens_cached_total": stats.n_prompt_cached,
+        "n_tokens_max": stats.n_tokens_max,
         "prompt_seconds_total": stats.seconds_prompt,
         "tokens_predicted_total": stats.n_generated_tokens,
         "tokens_predicted_seconds_total": stats.seconds_generating,

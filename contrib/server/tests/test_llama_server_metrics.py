@@ -1,6 +1,6 @@
 """``/metrics`` against llama-server's: the same content type and start-time header, the same metric names,
-types and help texts (but the two counts the engine does not keep), and after speculative decoding the
-accepted tokens per draft position as llama-server's labelled counter."""
+types and help texts, the same counts of reused prompt tokens and of the longest sequence, and after speculative
+decoding the accepted tokens per draft position as llama-server's labelled counter."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from serving import llama_server, running, tiny_settings
 
 from llama_cpp.testing import smollm2_path
 
-# llama-server's counts that the engine does not keep (docs/server.md)
-NOT_COUNTED = {"prompt_tokens_cached_total", "n_tokens_max"}
 # the same name, another meaning: the engine counts every llama_decode, drafts' and media's included
 OWN_HELP = {"n_decode_total"}
 PER_POSITION = "spec_decode_num_accepted_tokens_per_pos_total"
@@ -51,10 +49,29 @@ def test_the_headers_are_llama_servers(both: tuple[str, str]) -> None:
 
 def test_the_names_types_and_help_texts_are_llama_servers(both: tuple[str, str]) -> None:
     ours, theirs = (described(httpx.get(f"{base}/metrics", timeout=10).text) for base in both)
-    assert set(ours) == set(theirs) - NOT_COUNTED
+    assert set(ours) == set(theirs)
     for name, (kind, help_text) in ours.items():
         assert kind == theirs[name][0], name
         assert name in OWN_HELP or help_text == theirs[name][1], name
+
+
+def value(text: str, name: str) -> float:
+    found = re.search(rf'^llamacpp:{name}(?:{{[^}}]*}})? (\S+)$', text, re.MULTILINE)
+    assert found, name
+    return float(found.group(1))
+
+
+def test_reused_prompt_tokens_and_the_longest_sequence_count_as_llama_servers(both: tuple[str, str]) -> None:
+    before = [value(httpx.get(f"{base}/metrics", timeout=10).text, "prompt_tokens_cached_total") for base in both]
+    for base in both:  # the same prompt again: all of it but its last token is in memory
+        reply = httpx.post(f"{base}/completion", json={"prompt": PROMPT, "n_predict": 4, "temperature": 0},
+                           timeout=120)
+        assert reply.status_code == 200, reply.text
+    texts = [httpx.get(f"{base}/metrics", timeout=10).text for base in both]
+    reused = [value(text, "prompt_tokens_cached_total") - was for text, was in zip(texts, before)]
+    assert reused[0] == reused[1] > 0
+    longest = [value(text, "n_tokens_max") for text in texts]
+    assert longest[0] > 48 and abs(longest[0] - longest[1]) <= 16, longest  # drafts in memory until verified
 
 
 def test_accepted_tokens_per_draft_position_after_speculation(both: tuple[str, str]) -> None:

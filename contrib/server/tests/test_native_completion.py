@@ -118,6 +118,40 @@ def test_the_stream_has_llama_servers_events(both: tuple[str, str]) -> None:
     assert ours[-1]["tokens_predicted"] == theirs[-1]["tokens_predicted"] == 8
 
 
+def test_timings_per_token_time_every_event_as_llama_servers(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 6, "temperature": 0, "timings_per_token": True}
+    (ours, _), (theirs, _) = (stream(base, body) for base in both)
+    assert [shape(e) for e in ours] == [shape(e) for e in theirs]
+    assert all("timings" in e for e in ours)
+    counts = [e["timings"]["predicted_n"] for e in ours[:-1]]
+    assert counts == list(range(1, 7)) and ours[-1]["timings"]["predicted_n"] == 6
+    assert [e["timings"]["prompt_n"] + e["timings"]["cache_n"] for e in ours] == [e["tokens_evaluated"] for e in ours]
+    assert [e["timings"]["predicted_ms"] for e in ours] == sorted(e["timings"]["predicted_ms"] for e in ours)
+    without = stream(both[0], {**body, "timings_per_token": False})[0]
+    assert ["timings" in e for e in without] == [False] * 6 + [True]
+
+
+CODE = "def f():\n    return 1\nx = 2\ny = 3\n"
+
+
+def test_n_indent_ends_at_the_first_line_indented_less_as_llama_servers(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 40, "temperature": 0, "n_indent": 4, "return_tokens": True,
+            "grammar": "root ::= " + json.dumps(CODE)}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "tokens", "tokens_predicted", "stop_type")
+    assert ours["content"] == "def f():\n    return 1\n" and ours["stop_type"] == "limit"
+    (mine, _), (its, _) = (stream(base, body) for base in both)
+    assert [(e["content"], e["tokens"]) for e in mine] == [(e["content"], e["tokens"]) for e in its]
+
+
+def test_t_max_predict_ms_ends_at_a_line_break_once_the_time_is_up(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 40, "temperature": 0, "grammar": "root ::= " + json.dumps(CODE),
+            "t_max_predict_ms": 0.001, "t_max_prompt_ms": 500}  # llama.vscode's fields
+    whole = post(both[0], body)
+    assert whole["content"] == "def f():\n" and whole["stop_type"] == "limit"
+    assert post(both[0], {**body, "t_max_predict_ms": -1})["content"] == CODE
+
+
 def test_token_probabilities_have_llama_servers_shape_and_tokens(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 3}
     ours, theirs = (post(base, body) for base in both)

@@ -334,6 +334,7 @@ class Planner:
         else:
             request.state = RequestState.PREFILL
             slot.prefill_at = self._reuse_prefix(slot, request, leader)
+            self.counters.n_prompt_cached += slot.prefill_at
         if not request.started:
             request.started = time.perf_counter()
         slot.sampler, request.sampler = request.sampler, None  # the slot owns it from now on

@@ -13,6 +13,8 @@ class Counters:
     n_tokens_decoded: int = 0  # batch rows decoded
     n_sequences_decoded: int = 0  # sequences served, summed over decodes
     n_prompt_tokens: int = 0  # prompt tokens evaluated (not reused from a prefix, a fork or a cache)
+    n_prompt_cached: int = 0  # prompt tokens reused instead (from a prefix in memory, a fork's copy or a cache)
+    n_tokens_max: int = 0  # the longest sequence seen in memory after a decode (prompt and generated tokens)
     n_generated_tokens: int = 0  # tokens handed to requests
     n_media_evaluated: int = 0  # media chunks put into memory (not reused from a prefix)
     n_preemptions: int = 0  # running requests suspended for more urgent ones (each resumes later)

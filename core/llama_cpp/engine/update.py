@@ -73,7 +73,10 @@ class Update:
             slot.last_used = now
             if self.logits_all:
                 self._keep_logits(slot, row.rows)
-            slot.ledger.tokens.extend(fed)  # the decoded tokens are in memory now
+            tokens = slot.ledger.tokens
+            tokens.extend(fed)  # the decoded tokens are in memory now
+            if len(tokens) > counters.n_tokens_max:
+                counters.n_tokens_max = len(tokens)
             request = slot.request
             if request is None or request.cancelled:
                 continue
@@ -173,6 +176,7 @@ class Update:
             self.step.rollback(None, fork.seq_id, 0)
             fork.ledger.mirror(slot.ledger)
             fork.prefill_at = len(request.prompt)
+            self.counters.n_prompt_cached += fork.prefill_at
             if request.keep_prompt_logits:
                 request.prompt_logits = slot.serving.prompt_logits
             request.state = RequestState.RUNNING
