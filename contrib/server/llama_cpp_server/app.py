@@ -71,13 +71,23 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     stored = ResponseStore(server.responses_max_count, server.responses_max_bytes, server.responses_folder)
     ping_interval = None if server.disable_ping_events else bridge.PING_INTERVAL
 
+    async def sleep_idle_models() -> None:
+        """Every so often, free the models idle past ``sleep_idle_seconds``."""
+        period = min(1.0, server.sleep_idle_seconds / 4)
+        while True:
+            await asyncio.sleep(period)
+            await run_in_threadpool(pool.sleep_idle)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         warm = asyncio.ensure_future(pool.warm_up())
+        sleeper = asyncio.ensure_future(sleep_idle_models()) if server.sleep_idle_seconds > 0 else None
         try:
             yield
         finally:
             warm.cancel()
+            if sleeper is not None:
+                sleeper.cancel()
             if await workers.stop(timeout=10.0):
                 pool.close()
             else:  # freeing a model under a decoding thread would crash the process: the exit frees it
@@ -302,7 +312,30 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def models() -> Any:
         created = int(app.state.started)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                            "owned_by": "llama_cpp"} for name in pool.names]}
+                                            "owned_by": "llama_cpp", "status": {"value": pool.status(name)}}
+                                           for name in pool.names]}
+
+    async def named_model(request: Request) -> str:
+        """The ``model`` of a ``/models/load`` or ``/models/unload`` body."""
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise errors.APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+        name = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            raise errors.APIError(400, f"model: required, one of {', '.join(pool.names)}", param="model")
+        return name
+
+    @app.post("/models/load", dependencies=keyed, include_in_schema=False)
+    async def load_model(request: Request) -> Any:
+        await pool.load(await named_model(request))
+        return {"success": True}
+
+    @app.post("/models/unload", dependencies=keyed, include_in_schema=False)
+    async def unload_model(request: Request) -> Any:
+        name = await named_model(request)
+        await run_in_threadpool(pool.unload, name)
+        return {"success": True}
 
     # -- llama-server's own routes (not in the OpenAPI schema yet: docs/server.md) -----------------
     @app.post("/completion", dependencies=keyed, include_in_schema=False)
@@ -465,7 +498,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.get("/health", responses=responses.HEALTH)
     @app.get("/v1/health", include_in_schema=False)
     async def health() -> Any:
-        if pool.ready:
+        # ready once the first model has loaded; while it loads again after sleeping, 503 as at startup
+        if pool.ready and pool.status(pool.names[0]) != "loading":
             return {"status": "ok"}
         if pool.failure is not None:
             return JSONResponse({"status": "error", "error": errors.error_body(503, pool.failure)["error"]},

@@ -135,6 +135,7 @@ for _names, _make in (
     (("-s", "--seed"), _setting("seed")),
     (("-to", "--timeout"), _setting("request_timeout")),
     (("--slot-save-path",), _setting("slot_save_path")),
+    (("--sleep-idle-seconds",), _setting("sleep_idle_seconds")),
     (("--chat-template",), _chat_template),
     (("--chat-template-file",), _chat_template_file),
     (("-n", "--predict", "--n-predict"), _default("max_tokens")),

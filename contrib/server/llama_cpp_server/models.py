@@ -2,7 +2,11 @@
 recently used idle one unloaded first; each with its admission count (its sequences plus a bounded queue).
 
 The first model is loaded when the server starts, in the background: ``/health`` answers 503 until it is
-ready.  A model's ``Llama`` is shared by every request for it, which the engine batches together.
+ready.  A model's ``Llama`` is shared by every request for it, which the engine batches together.  With
+``sleep_idle_seconds`` a model nobody used for that long is freed (it is "sleeping"); the next request for it
+loads it again and waits for it.  ``POST /models/load`` and ``/models/unload`` do the same by hand.  A model is
+only ever freed with no request admitted on it: admission and unloading take the same lock, and an admitted
+request holds the model until its answer is sent.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import collections
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -130,6 +135,7 @@ class Served:
         self.lora = LoraTable(adapters + [(a.path, a.scale) for a in settings.lora_adapters],
                               applied=not settings.lora_init_without_apply)
         self.in_flight = 0  # requests admitted and not finished (running or queued in the engine)
+        self.idle_since = time.monotonic()  # when its last request ended (or it was loaded)
 
 
 class Lease:
@@ -167,6 +173,7 @@ class ModelPool:
         self._loaded: collections.OrderedDict[str, Served] = collections.OrderedDict()  # least recent first
         self._lock = threading.Lock()
         self._loading: dict[str, asyncio.Future[Served]] = {}
+        self._sleeping: set[str] = set()  # freed after sleep_idle_seconds without a request
         self.ready = False
         self.failure: str | None = None
 
@@ -200,6 +207,16 @@ class ModelPool:
             self.failure = f"{type(exc).__name__}: {exc}"
             log.error("loading %s failed: %s", self.names[0], self.failure)
 
+    def status(self, name: str) -> str:
+        """llama-server's state of a model: ``loaded``, ``loading``, ``sleeping`` (freed while idle) or
+        ``unloaded``."""
+        if name in self._loading:
+            return "loading"
+        with self._lock:
+            if name in self._loaded:
+                return "loaded"
+        return "sleeping" if name in self._sleeping else "unloaded"
+
     def _recent(self, name: str) -> Served | None:
         """``name`` if it is loaded, marked as the most recently used."""
         with self._lock:
@@ -229,8 +246,52 @@ class ModelPool:
         served = Served(name, self.specs[name], llama, self.server.max_queue)
         with self._lock:
             self._loaded[name] = served
+            self._sleeping.discard(name)
         self._unload_idle()
         return served
+
+    async def load(self, name: str) -> None:
+        """``POST /models/load``: load ``name`` now (400 if it is loaded already, as llama-server answers)."""
+        if name not in self.specs:
+            raise APIError(404, f"model {name!r} not found; available: {', '.join(self.names)}", param="model",
+                           code="model_not_found")
+        if self.status(name) == "loaded":
+            raise APIError(400, f"model {name!r} is loaded already", param="model")
+        await self._get(name)
+
+    def unload(self, name: str) -> None:
+        """``POST /models/unload``: free ``name`` now; 409 while requests are admitted on it (it is never freed
+        under them), 400 if it is not loaded."""
+        if name not in self.specs:
+            raise APIError(404, f"model {name!r} not found; available: {', '.join(self.names)}", param="model",
+                           code="model_not_found")
+        with self._lock:
+            served = self._loaded.get(name)
+            if served is None:
+                raise APIError(400, f"model {name!r} is not loaded", param="model")
+            if served.in_flight:
+                raise APIError(409, f"model {name!r} is busy: {served.in_flight} requests are running or queued on "
+                               "it; unload it when they have ended", param="model", code="model_busy")
+            del self._loaded[name]
+        log.info("unloading %s (asked)", name)
+        served.llama.close()
+
+    def sleep_idle(self, now: float | None = None) -> list[str]:
+        """Free the models idle for ``sleep_idle_seconds`` (they are ``sleeping`` until a request loads them
+        again); the names freed."""
+        bound = self.server.sleep_idle_seconds
+        if bound <= 0:
+            return []
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            victims = [s for s in self._loaded.values() if s.in_flight == 0 and now - s.idle_since >= bound]
+            for served in victims:
+                del self._loaded[served.name]
+                self._sleeping.add(served.name)
+        for served in victims:
+            log.info("%s idle for %g s: freed until its next request", served.name, bound)
+            served.llama.close()
+        return [served.name for served in victims]
 
     def _unload_idle(self, room: int = 0) -> None:
         """Close the least recently used idle models past ``max_loaded_models`` (less ``room`` for models
@@ -246,19 +307,25 @@ class ModelPool:
 
     async def admit(self, name: str | None) -> Lease:
         """The model for a request, admitted until the lease is released (a stream holds it to its end);
-        429 with Retry-After when the model's sequences and queue are full."""
-        served = await self._get(self.resolve(name))
-        with self._lock:
-            if served.in_flight >= served.capacity:
-                raise APIError(429, f"model {served.name!r} is busy: {served.in_flight} requests are running or "
-                               f"queued (n_seq_max + max_queue = {served.capacity}); retry later",
-                               code="server_busy", headers={"Retry-After": "1"})
-            served.in_flight += 1
-        return Lease(self, served)
+        429 with Retry-After when the model's sequences and queue are full.  A model freed between its load and
+        the admission (asked to, asleep, or unloaded for another) is loaded again."""
+        resolved = self.resolve(name)
+        while True:
+            served = await self._get(resolved)
+            with self._lock:
+                if self._loaded.get(resolved) is not served:
+                    continue
+                if served.in_flight >= served.capacity:
+                    raise APIError(429, f"model {served.name!r} is busy: {served.in_flight} requests are running "
+                                   f"or queued (n_seq_max + max_queue = {served.capacity}); retry later",
+                                   code="server_busy", headers={"Retry-After": "1"})
+                served.in_flight += 1
+                return Lease(self, served)
 
     def _release(self, served: Served) -> None:
         with self._lock:
             served.in_flight -= 1
+            served.idle_since = time.monotonic()
         self._unload_idle()
 
     def close(self) -> None:

@@ -263,11 +263,18 @@ class RerankList(_Out):
 
 
 # -- models, tokens, health -----------------------------------------------------------------------------
+class ModelStatus(_Out):
+    """llama-server's state of a model: loaded, being loaded, freed while idle (sleeping), or not loaded."""
+
+    value: Literal["loaded", "loading", "sleeping", "unloaded"]
+
+
 class Model(_Out):
     id: str
     object: Literal["model"]
     created: int
     owned_by: str
+    status: ModelStatus
 
 
 class ModelList(_Out):

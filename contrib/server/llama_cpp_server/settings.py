@@ -319,6 +319,9 @@ class ServerSettings(BaseModel):
     max_queue: int = Field(64, ge=0, description="requests that may wait for a sequence; more get 429")
     request_timeout: float = Field(600.0, gt=0, description="seconds a request may take, waiting included")
     max_loaded_models: int = Field(1, ge=1, description="models kept loaded; the least recently used goes")
+    sleep_idle_seconds: float = Field(-1, description="free a model after that long without requests; the next "
+                                                      "request loads it again (llama-server's "
+                                                      "--sleep-idle-seconds; -1: never)")
     allow_remote_media: bool = Field(True, description="fetch http(s) media URLs (public addresses only)")
     allow_private_media: bool = Field(False, description="let media URLs reach private and loopback addresses")
     allow_local_media: bool = Field(False, description="let media parts name files on this machine")
@@ -357,6 +360,13 @@ class ServerSettings(BaseModel):
     def _existing_folder(cls, value: str | None) -> str | None:
         if value is not None and not Path(value).is_dir():
             raise ValueError(f"slot_save_path {value!r} is not an existing folder")
+        return value
+
+    @field_validator("sleep_idle_seconds")
+    @classmethod
+    def _sleep_bound(cls, value: float) -> float:
+        if value != -1 and value <= 0:
+            raise ValueError(f"sleep_idle_seconds must be more than 0 seconds, or -1 for never; got {value:g}")
         return value
 
     @model_validator(mode="after")

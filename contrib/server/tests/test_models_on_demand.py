@@ -1,0 +1,89 @@
+"""Models on demand: a model idle for ``sleep_idle_seconds`` is freed and loaded again by the next request
+(the same answer, its memory given back meanwhile), and ``POST /models/load`` / ``/models/unload`` do it by
+hand, refusing unknown names and never freeing a model under a running request."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from serving import assert_error, running, tiny_settings, wait_until
+
+ASK = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+
+
+def status(base: str, name: str = "smol") -> str:
+    listed = httpx.get(f"{base}/models", timeout=10).json()["data"]
+    return next(model["status"]["value"] for model in listed if model["id"] == name)
+
+
+def resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def complete(base: str) -> str:
+    reply = httpx.post(f"{base}/v1/completions", json=ASK, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["choices"][0]["text"]
+
+
+def test_an_idle_model_sleeps_and_the_next_request_wakes_it(smollm2_model_path: Path) -> None:
+    settings = tiny_settings(smollm2_model_path, model_alias="smol", n_seq_max=2, n_ctx=1024,
+                             sleep_idle_seconds=1.0)
+    with running(settings) as base:
+        first = complete(base)
+        assert status(base) == "loaded"
+        awake = resident_mb()
+        wait_until(lambda: status(base) == "sleeping", "the idle model is freed", timeout=10)
+        assert resident_mb() < awake - 50  # SmolLM2's weights and context given back
+        assert httpx.get(f"{base}/health", timeout=10).json() == {"status": "ok"}
+        assert complete(base) == first and status(base) == "loaded"
+
+
+def test_requests_around_a_sleep_all_succeed(chat_model_path: Path) -> None:
+    with running(tiny_settings(chat_model_path, sleep_idle_seconds=0.3)) as base:
+        seen: list[str] = []
+
+        def watch() -> None:
+            while len(seen) < 400 and "sleeping" not in seen[-1:]:
+                seen.append(status(base, "tiny"))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        answers = []
+        for pause in (0.0, 0.35, 0.5, 0.2, 0.45):  # some land while it sleeps or as it is freed
+            threading.Event().wait(pause)
+            answers.append(complete(base))
+        watcher.join()
+        assert "sleeping" in seen and len(set(answers)) == 1
+
+
+def test_load_and_unload_by_hand(smollm2_model_path: Path) -> None:
+    """On SmolLM2, whose tokens take long enough that a stream is still running when the unload comes."""
+    with running(tiny_settings(smollm2_model_path, n_ctx=1024)) as base:
+        assert status(base, "tiny") == "loaded"
+        assert_error(httpx.post(f"{base}/models/load", json={"model": "tiny"}, timeout=10), 400, param="model")
+        for route in ("load", "unload"):
+            assert_error(httpx.post(f"{base}/models/{route}", json={"model": "nope"}, timeout=10), 404,
+                         param="model")
+            assert_error(httpx.post(f"{base}/models/{route}", json={}, timeout=10), 400, param="model")
+        long = {**ASK, "max_tokens": 400, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=long, timeout=60) as running_stream:
+            lines = running_stream.iter_lines()  # kept: a dropped iterator closes the stream, which cancels it
+            next(lines)  # a request is running on the model
+            assert_error(httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10), 409,
+                         param="model")
+        wait_until(lambda: httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10).status_code
+                   != 409, "the cancelled request ends")
+        assert status(base, "tiny") == "unloaded"
+        assert_error(httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10), 400, param="model")
+        assert httpx.post(f"{base}/models/load", json={"model": "tiny"}, timeout=60).json() == {"success": True}
+        assert status(base, "tiny") == "loaded" and complete(base)
+
+
+def test_the_sleep_bound_is_checked() -> None:
+    with pytest.raises(ValueError, match="sleep_idle_seconds"):
+        tiny_settings(Path("x.gguf"), sleep_idle_seconds=0)
