@@ -31,6 +31,7 @@ from .engine.prefix import common_prefix
 from .engine.model import learned_positions
 from .engine.origin import state_origin
 from .engine.policy import Policy
+from .engine.prefix_summary import BLOCK_TOKENS, MAX_HASHES, PrefixSummary
 from .engine.sampler import chain_context
 from .engine.slot import SequenceInfo, Slot
 from .engine.speculative import SpeculativeStep, empty_stats
@@ -422,6 +423,11 @@ class LlamaBase(Closing):
             return {"spec_decode_num_draft_tokens_total": 0, "spec_decode_num_accepted_tokens_total": 0,
                     "spec_decode_num_drafts_total": 0, "spec_decode_num_accepted_tokens_per_pos_total": []}
         return self._spec_step.totals()
+
+    def prefix_summary(self, block_tokens: int = BLOCK_TOKENS, max_hashes: int = MAX_HASHES) -> PrefixSummary:
+        """The prefixes this Llama can reuse (its sequences' and its prompt cache's) as chained block hashes,
+        for a router that sends a prompt where its prefix already is (:mod:`llama_cpp.engine.prefix_summary`)."""
+        return self._live_scheduler().prefix_summary(block_tokens, max_hashes)
 
     @property
     def _hybrid_cache_mgr(self) -> HybridCheckpointCache | None:

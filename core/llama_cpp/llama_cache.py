@@ -77,6 +77,12 @@ class BaseLlamaCache(abc.ABC):
         should skip the entries of another origin rather than hide a usable one behind them."""
         return lookup_by_protocol(self, tokens, adapters, origin)
 
+    def prefixes(self, origin: Any = None) -> list[tuple[tuple[int, ...], Any]]:
+        """``(tokens, adapters)`` of the entries made by a context of ``origin`` (None: every entry): what a
+        router learns of the cache from :meth:`Scheduler.prefix_summary <llama_cpp.engine.Scheduler>`.  A
+        cache that cannot list its entries answers none (the default)."""
+        return []
+
 
 # Seed names implemented by plugins (``LlamaRAMCache``, ``LlamaTrieCache``, ``LlamaCache``...).
 __getattr__ = seed_exports(__name__, "__llama_cache_exports__", "llama-cpp-caches")

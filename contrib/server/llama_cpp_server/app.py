@@ -421,6 +421,21 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
 
+    @app.get("/prefixes", dependencies=keyed, include_in_schema=False)
+    async def get_prefixes(model: str | None = None, block_tokens: int = 32, max_hashes: int = 4096) -> Any:
+        """What the model's engine can reuse, as chained block hashes, for a balancer in front of several
+        servers (docs/server.md)."""
+        if not 1 <= block_tokens <= 4096:
+            raise errors.APIError(400, f"block_tokens: 1 to 4096, got {block_tokens}", param="block_tokens")
+        if not 0 <= max_hashes <= 65536:
+            raise errors.APIError(400, f"max_hashes: 0 to 65536, got {max_hashes}", param="max_hashes")
+        lease = await pool.admit(model)
+        try:
+            summary = await run_in_threadpool(lease.llama.prefix_summary, block_tokens, max_hashes)
+        finally:
+            lease.release()
+        return {"name": lease.served.name, **summary.to_json()}
+
     @app.get("/lora-adapters", dependencies=keyed, include_in_schema=False)
     async def get_lora_adapters(model: str | None = None) -> Any:
         lease = await pool.admit(model)

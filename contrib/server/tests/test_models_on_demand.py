@@ -1,6 +1,7 @@
 """Models on demand: a model idle for ``sleep_idle_seconds`` is freed and loaded again by the next request
 (the same answer, its memory given back meanwhile), and ``POST /models/load`` / ``/models/unload`` do it by
-hand, refusing unknown names and never freeing a model under a running request."""
+hand, refusing unknown names and never freeing a model under a running request.  And what a balancer in
+front of several servers reads of each: ``GET /prefixes``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from serving import assert_error, running, tiny_settings, wait_until
+
+from llama_cpp._adapters import NO_ADAPTERS
+from llama_cpp.engine.prefix_summary import PrefixSummary, block_hashes, chain_start
 
 ASK = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
 
@@ -87,3 +91,17 @@ def test_load_and_unload_by_hand(smollm2_model_path: Path) -> None:
 def test_the_sleep_bound_is_checked() -> None:
     with pytest.raises(ValueError, match="sleep_idle_seconds"):
         tiny_settings(Path("x.gguf"), sleep_idle_seconds=0)
+
+
+def test_the_prefixes_route_is_the_engines_summary(chat_model_path: Path) -> None:
+    with running(tiny_settings(chat_model_path, n_seq_max=2)) as base:
+        prompt = " ".join(f"word{i}" for i in range(80))
+        httpx.post(f"{base}/v1/completions", json={"prompt": prompt, "max_tokens": 2}, timeout=30)
+        tokens = httpx.post(f"{base}/tokenize", json={"content": prompt, "add_special": True},
+                            timeout=10).json()["tokens"]
+        summary = httpx.get(f"{base}/prefixes", params={"block_tokens": 16}, timeout=10).json()
+        assert summary["name"] == "tiny" and summary["block_tokens"] == 16 and summary["model"]
+        ours = PrefixSummary(summary["model"], 16, tuple(summary["hashes"]))
+        assert ours.held(block_hashes(tokens, chain_start(summary["model"], NO_ADAPTERS), 16)) == len(tokens) // 16
+        assert_error(httpx.get(f"{base}/prefixes", params={"block_tokens": 0}, timeout=10), 400,
+                     param="block_tokens")

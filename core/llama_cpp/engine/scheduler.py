@@ -34,6 +34,7 @@ from .media import text_only
 from .model import Model
 from .planner import Planner
 from .policy import Policy
+from .prefix_summary import BLOCK_TOKENS, MAX_HASHES, PrefixSummary, summarize
 from .request import Request, RequestState, TokenEvent
 from .runner import ContextRunner, Runner
 from .sampler import SequenceSampler, chain_context
@@ -103,6 +104,20 @@ class Scheduler:
         """The counters, taken together."""
         with self._mutex:
             return EngineStats.of(self.counters, sum(map(self.busy, self.slots)), len(self.waiting))
+
+    def prefix_summary(self, block_tokens: int = BLOCK_TOKENS, max_hashes: int = MAX_HASHES) -> PrefixSummary:
+        """The prefixes this engine can reuse: its sequences' and its prompt cache's (a cache lists its
+        entries with ``prefixes(origin)``; one that cannot adds none), as block hashes
+        (:mod:`.prefix_summary`)."""
+        origin = self.ctx.origin  # None for a context whose model file is unknown: no fingerprint to chain from
+        with self._mutex:
+            held = [(list(s.ledger.tokens), s.ledger.adapters) for s in self.slots
+                    if s.ledger.tokens and s.ledger.adapters is not None]
+            listing = getattr(self.cache, "prefixes", None)
+            if listing is not None:
+                held += [(list(tokens), adapters) for tokens, adapters in listing(origin)]
+        return summarize(origin.model if origin is not None else "", held, block_tokens=block_tokens,
+                         max_hashes=max_hashes)
 
     # -- the callers' side ------------------------------------------------------------------
     def submit(self, request: Request) -> None:

@@ -161,6 +161,11 @@ class LlamaDiskCache(BaseLlamaCache):
             self._say(f"miss for {len(tokens)} tokens")
             return None
 
+    def prefixes(self, origin: Any = None) -> list[tuple[tuple[int, ...], Any]]:
+        with self._lock:
+            self._scan()
+            return [(tuple(f.tokens), f.adapters) for f in self._files.values() if f.fits(None, origin)]
+
     def clear(self) -> None:
         """Delete every cache file in the directory."""
         with self._lock:

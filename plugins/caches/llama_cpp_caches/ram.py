@@ -107,6 +107,9 @@ class LlamaRAMCache(BaseLlamaCache):
     def __contains__(self, key: Sequence[int]) -> bool:
         return self._find(key, None, None) is not None
 
+    def prefixes(self, origin: Any = None) -> list[tuple[tuple[int, ...], Any]]:
+        return [(e.tokens, getattr(e.value, "adapters", None)) for e in self._entries.values() if e.fits(None, origin)]
+
     def clear(self) -> None:
         for entry_id in list(self._entries):
             self._remove(entry_id)
