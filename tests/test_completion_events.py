@@ -103,3 +103,16 @@ def test_line_rules_end_a_choice_at_the_limit(tiny: Llama) -> None:
     assert last.end.stop_type == "limit" and last.end.n_generated == len(tokens)
     with pytest.raises(ValueError, match="n_indent"):
         tiny.completion_events(PROMPT, n_indent=-1)
+
+
+def test_a_choice_pinned_to_a_sequence_runs_there_and_does_not_hold_the_others_up(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=2, n_threads=1, verbose=False) as llm:
+        pinned = llm.completion_events(PROMPT, max_tokens=6, temperature=0, sequence=1)
+        first = next(pinned)  # sequence 1 is busy until this stream is read to its end
+        assert first.token is not None
+        other = list(llm.completion_events("Another prompt", max_tokens=3, temperature=0))
+        assert other[-1].end is not None and other[-1].end.sequence == 0
+        rest = list(pinned)
+        assert rest[-1].end is not None and rest[-1].end.sequence == 1
+        with pytest.raises(ValueError, match="sequence 2 does not exist"):
+            list(llm.completion_events(PROMPT, max_tokens=1, sequence=2))

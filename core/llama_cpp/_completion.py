@@ -237,12 +237,14 @@ class CompletionAPI(LlamaBase):
         return _merge_chunks(list(chunks))
 
     def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
-                          t_max_predict_ms: float = -1, **keywords: Any) -> Iterator[CompletionEvent]:
+                          t_max_predict_ms: float = -1, sequence: int | None = None,
+                          **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
         ``stream``, ``echo`` and ``model``, which shape OpenAI's objects; ``n_indent`` and ``t_max_predict_ms``
-        are llama-server's line rules for code completion (:mod:`llama_cpp.line_limits`)."""
+        are llama-server's line rules for code completion (:mod:`llama_cpp.line_limits`); ``sequence`` runs
+        each prompt's first choice in that engine sequence (llama-server's ``id_slot``), waiting for it."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
@@ -251,12 +253,14 @@ class CompletionAPI(LlamaBase):
             raise ValueError(f"n_indent must be a whole number of spaces or tabs, 0 for no rule, got {n_indent!r}")
         bound = inspect.signature(CompletionAPI.create_completion).bind(self, prompt, **keywords)
         bound.apply_defaults()
-        choices, _ = self._completion_choices(bound.arguments)
+        choices, _ = self._completion_choices(bound.arguments, sequence)
         return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms))
 
-    def _completion_choices(self, call: Mapping[str, Any]) -> tuple[list[_Choice], int]:
+    def _completion_choices(self, call: Mapping[str, Any],
+                            sequence: int | None = None) -> tuple[list[_Choice], int]:
         """The choices of a :meth:`create_completion` call whose arguments are ``call`` (its ``locals()``), each
-        with its engine request (not yet submitted), and what the prompts cost (each counts once)."""
+        with its engine request (not yet submitted), and what the prompts cost (each counts once); ``sequence``:
+        the engine sequence each prompt's first choice runs in (its forks take others)."""
         prompt, suffix, logprobs, echo = call["prompt"], call["suffix"], call["logprobs"], call["echo"]
         if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
                                      or not 0 <= logprobs <= self.n_vocab()):
@@ -283,7 +287,8 @@ class CompletionAPI(LlamaBase):
                     item.tokens, attrs.evolve(params, seed=choice_seed(params.seed, j)), adapters, max_tokens=budget,
                     logits_processor=call["logits_processor"], stopping_criteria=call["stopping_criteria"],
                     logprobs=logprobs, keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
-                    media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant)
+                    media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant,
+                    sequence=sequence if leader is None else None)
                 leader = leader or request
                 choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
         return choices, sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is

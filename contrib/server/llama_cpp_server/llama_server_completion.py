@@ -95,8 +95,8 @@ class NativeCompletionRequest(BaseModel):
                                                "completion)")
     t_max_predict_ms: float = Field(-1, description="stop at a line break once generating has taken that long")
     t_max_prompt_ms: float = Field(-1, description="accepted and unused, as llama-server leaves it unused")
+    id_slot: int = Field(-1, ge=-1, description="the engine sequence to run in, waiting for it (-1: any)")
     # llama-server's fields this server does not implement: accepted at their neutral values only
-    id_slot: int = -1
     n_keep: int = 0
     n_discard: int = 0
     n_cache_reuse: int = 0
@@ -104,8 +104,7 @@ class NativeCompletionRequest(BaseModel):
     lora: list[LoraEntry] | None = None
 
 
-_NOT_YET = {"id_slot": -1, "n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "return_progress": False,
-            "post_sampling_probs": False}
+_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "return_progress": False, "post_sampling_probs": False}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -236,7 +235,19 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
         grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
-        n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms)
+        n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
+        sequence=_sequence(body, llm))
+
+
+def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:
+    """``id_slot`` as an engine sequence (None: any); 400 past the server's sequences."""
+    if body.id_slot < 0:
+        return None
+    n_seq = llm.scheduler.ctx.n_seq_max
+    if body.id_slot >= n_seq:
+        raise APIError(400, f"id_slot: slot {body.id_slot} does not exist; the slots are 0..{n_seq - 1}",
+                       param="id_slot")
+    return int(body.id_slot)
 
 
 def _stops(body: NativeCompletionRequest) -> list[str]:

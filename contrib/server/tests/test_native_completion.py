@@ -118,6 +118,12 @@ def test_the_stream_has_llama_servers_events(both: tuple[str, str]) -> None:
     assert ours[-1]["tokens_predicted"] == theirs[-1]["tokens_predicted"] == 8
 
 
+def test_id_slot_runs_the_request_in_that_slot_as_llama_servers(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "id_slot": 0}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "id_slot", "tokens_predicted")
+
+
 def test_timings_per_token_time_every_event_as_llama_servers(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": 6, "temperature": 0, "timings_per_token": True}
     (ours, _), (theirs, _) = (stream(base, body) for base in both)
@@ -175,6 +181,7 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
                         ({"prompt": PROMPT, "samplers": ["top_k", "no_such"]}, "samplers"),
                         ({"prompt": PROMPT, "logit_bias": [[10**9, 1.0]]}, "logit_bias"),
                         ({"prompt": PROMPT, "n_keep": 4}, "n_keep"),
+                        ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
                         ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),
                         ({"prompt": []}, "prompt")):
         reply = httpx.post(ours + "/completion", json=body, timeout=30)

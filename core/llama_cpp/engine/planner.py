@@ -72,9 +72,12 @@ class Planner:
         self.dirty = True
 
     def candidate_slots(self, request: Request) -> list[Slot]:
-        """The slots ``request`` may take: its own sequence's when it continues one, else any."""
+        """The slots ``request`` may take: its own sequence's when it continues one, the one it is pinned to,
+        else any."""
         if request.continues:
             return [self.slots[request.seq_hint if request.seq_hint is not None else self.current.seq_id]]
+        if request.sequence is not None:
+            return [self.slots[request.sequence]]
         return self.slots
 
     def due(self, written_outside: bool) -> None:
@@ -191,8 +194,9 @@ class Planner:
         answer; nor is the policy asked while every waiting request is held for its choice group).  A policy
         that fails, or answers with a ticket it was not offered, ends the waiting requests it was deciding
         about."""
-        waiting = {r.ticket: r for r in self.waiting if r.ticket is not None and not self._held(r)}
-        if not waiting:
+        waiting = {r.ticket: r for r in self.waiting if r.ticket is not None and not self._held(r)
+                   and (question != "select" or any(s.request is None for s in self.candidate_slots(r)))}
+        if not waiting:  # (a request whose only sequence is busy is not offered: the others go first)
             return None
         policy = self.policy
         try:

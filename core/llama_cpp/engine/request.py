@@ -65,6 +65,8 @@ class Request:
     that tokens sent into the generator come right after the one just read.
     ``continues`` asks for no prefix matching: the prompt is evaluated after
     what the sequence ``seq_hint`` already holds (``generate(reset=False)``).
+    ``sequence`` pins it to one sequence: it waits for that one to be free,
+    while the requests behind it take the others.
     ``fork_of`` is the first of the ``n`` choices of one prompt: this one
     copies its evaluated prompt instead of evaluating it again.  ``media``
     holds the prompt's media chunks by the position they start at (the
@@ -89,6 +91,7 @@ class Request:
     read_ahead: int = 8
     continues: bool = False
     seq_hint: int | None = None
+    sequence: int | None = None  # the sequence it must run in (llama-server's id_slot); None: the planner's choice
     fork_of: Request | None = None
     media: Mapping[int, MediaChunk] = attrs.field(factory=dict)
     priority: int = 0

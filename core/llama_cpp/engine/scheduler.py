@@ -133,6 +133,9 @@ class Scheduler:
             scope.check(len(request.prompt))
         if request.media and request.continues:
             raise ValueError("a prompt with media starts a sequence of its own: it cannot continue another")
+        if request.sequence is not None and not 0 <= request.sequence < self.ctx.n_seq_max:
+            raise ValueError(f"sequence {request.sequence} does not exist: the sequences are 0.."
+                             f"{self.ctx.n_seq_max - 1} (n_seq_max {self.ctx.n_seq_max})")
         if len(request.prompt) >= limit and not request.continues:
             raise ValueError(f"the prompt has {len(request.prompt)} tokens, more than fit in the context window "
                              f"of {limit} tokens per sequence (n_ctx {self.ctx.n_ctx}, n_seq_max "
