@@ -21,6 +21,7 @@ from .llama_chat_format import (ChatFormatterResponse, ChatPromptRenderer, Llama
 from .chat_messages import normalize_messages
 from .engine.normalize import check_tools
 from .engine.policy import tagged
+from .preserved_tokens import control_tokens_of, preserving
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -169,7 +170,10 @@ class ChatAPI(LlamaBase):
                 wrapped = _chat_reasoning.response_format_with_reasoning(response_format, markers)
                 if wrapped is not None:
                     request["grammar"] = wrapped
-        with tagged(priority, tenant):
+        # a family whose markers are control tokens: the reply keeps their text, for the split to find them
+        kept = control_tokens_of(self, (markers.start, markers.end, markers.content_start)) \
+            if markers is not None and fmt != "none" else frozenset()
+        with tagged(priority, tenant), preserving(kept):
             result = handler(llama=self, messages=messages, **request)
         if markers is None or fmt == "none":
             return result

@@ -26,6 +26,7 @@ from .engine.policy import check_priority, check_tenant, current_tags
 from .engine.normalize import choice_count, choice_seed, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
 from .line_limits import LineLimits
+from .preserved_tokens import current_preserved
 from .sampling import sampling_arguments
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class _Choice:
     def __init__(self, llama: LlamaBase, index: int, prompt: _Prompt, request: Request, stops: list[str],
                  echo: bool, logprobs: int | None) -> None:
         self.piece = llama._loaded_model.piece  # bytes of a token: once per token, so bound once
+        self.preserved = current_preserved()  # control tokens whose text the reply keeps (a family's markers)
         self.index = index
         self.prompt = prompt
         self.request = request
@@ -113,7 +115,8 @@ class _Choice:
     def feed(self, event: TokenEvent) -> tuple[str, bool]:
         """The text this token releases, and whether a stop string was hit."""
         self.n_read += 1
-        piece = self.piece(event.token)
+        token = event.token
+        piece = self.piece(token, True) if self.preserved and token in self.preserved else self.piece(token)
         if self.logprobs is not None:
             top = {self.piece_text(t): v for t, v in event.top}
             self.pending_lp.append((piece.decode("utf-8", "replace"), event.logprob, top))

@@ -25,6 +25,9 @@ FAMILIES = {
     "mistral": ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]abc[/THINK]answer"),
 }
 HI = [{"role": "user", "content": "hi"}]
+# tokens enough for every forced reply however the random model spells it (a character a token on one
+# machine's float results, longer pieces on another's: 64 were too few for gpt-oss's 90 characters on one)
+LIMIT = 256
 
 
 def template(name: str) -> str:
@@ -74,10 +77,10 @@ def test_the_family_is_detected_from_its_template(family: str) -> None:
 @pytest.mark.parametrize("fmt", ["deepseek", "auto", "deepseek-legacy"])
 def test_thinking_goes_to_reasoning_content(model_of: Callable[[str], Llama], family: str, fmt: str) -> None:
     llm, reply = model_of(family), FAMILIES[family][1]
-    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, reasoning_format=fmt)
+    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=LIMIT, reasoning_format=fmt)
     message = out["choices"][0]["message"]
     assert message["reasoning_content"] == "abc" and message["content"] == "answer"
-    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64,
+    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=LIMIT,
                                         reasoning_format=fmt, stream=True)
     assert streamed(chunks) == ("abc", "answer", ["reasoning_content", "content"])
 
@@ -85,9 +88,9 @@ def test_thinking_goes_to_reasoning_content(model_of: Callable[[str], Llama], fa
 @pytest.mark.parametrize("family", FAMILIES)
 def test_none_leaves_everything_in_content(model_of: Callable[[str], Llama], family: str) -> None:
     llm, reply = model_of(family), FAMILIES[family][1]
-    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, reasoning_format="none")
+    out = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=LIMIT, reasoning_format="none")
     assert out["choices"][0]["message"] == {"role": "assistant", "content": reply}
-    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=64, stream=True)
+    chunks = llm.create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=LIMIT, stream=True)
     assert streamed(chunks) == ("", reply, ["content"])  # the library's default is none
 
 
@@ -99,7 +102,7 @@ TOOLS = [{"type": "function", "function": {"name": "get", "parameters": {
 def test_a_tool_call_after_the_thinking_is_parsed(model_of: Callable[[str], Llama], stream: bool) -> None:
     reply = '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>'
     out = model_of("think").create_chat_completion(HI, tools=TOOLS, grammar=forced(reply), temperature=0,
-                                                   max_tokens=64, reasoning_format="auto", stream=stream)
+                                                   max_tokens=LIMIT, reasoning_format="auto", stream=stream)
     if not stream:
         message = out["choices"][0]["message"]
         assert message["reasoning_content"] == "abc"
@@ -187,3 +190,39 @@ def test_a_reasoning_budget_counts_the_familys_block() -> None:
     untouched: dict[str, Any] = {}
     budget_markers(untouched, markers)
     assert untouched == {}  # no budget: nothing to count
+
+
+def test_a_familys_control_token_markers_are_kept_for_the_split(tiny_model_factory: Callable[..., Path]) -> None:
+    """Markers that are control tokens of the vocabulary (gpt-oss's ``<|channel|>``, Mistral's ``[THINK]`` in
+    their real vocabularies; here two of Llama 3's reserved tokens): the reply keeps their text only while a
+    split needs it, as llama-server keeps its preserved tokens."""
+    from llama_cpp.plugins import ReasoningFamily, hookimpl
+    from llama_cpp.testing import registered_plugin
+
+    start, end = "<|reserved_special_token_0|>", "<|reserved_special_token_1|>"
+
+    class ControlMarkers:
+        @hookimpl
+        def llama_cpp_reasoning_families(self) -> list[ReasoningFamily]:
+            return [ReasoningFamily(name="control-markers", start=start, end=end, order=0,
+                                    detect=lambda facts: facts.mentions(start))]
+
+    template = "{% for m in messages %}{{ m.content }}{% endfor %}{# thinks in " + start + " ... " + end + " #}"
+    path = tiny_model_factory(vocab="llama-bpe", chat_template=template)
+    with registered_plugin(ControlMarkers(), name="control-markers"), \
+            Llama(str(path), n_ctx=256, verbose=False) as llm:
+        first, last = (llm.tokenize(marker.encode(), add_bos=False, special=True) for marker in (start, end))
+        assert llm.detokenize(first, special=False) == b""  # a control token: no text of its own
+        grammar = LlamaGrammar.from_string(f'root ::= <[{first[0]}]> "abc" <[{last[0]}]> "answer"')
+        asked = dict(grammar=grammar, temperature=0, max_tokens=16)
+        message = llm.create_chat_completion(HI, reasoning_format="auto", **asked)["choices"][0]["message"]
+        assert (message["reasoning_content"], message["content"]) == ("abc", "answer")
+        streamed = {"reasoning_content": "", "content": ""}
+        for chunk in llm.create_chat_completion(HI, reasoning_format="auto", stream=True, **asked):
+            for key in streamed:
+                streamed[key] += chunk["choices"][0]["delta"].get(key) or "" if chunk["choices"] else ""
+        assert streamed == {"reasoning_content": "abc", "content": "answer"}
+        # no split asked, or no chat: control tokens stay out of the text, as the detokenizer leaves them
+        plain = llm.create_chat_completion(HI, reasoning_format="none", **asked)["choices"][0]["message"]
+        assert plain["content"] == "abcanswer" and "reasoning_content" not in plain
+        assert llm.create_completion("hi", **asked)["choices"][0]["text"] == "abcanswer"
