@@ -242,6 +242,9 @@ def test_one_openmp_team_at_a_time_in_the_process(tiny_model_path: Path) -> None
     before, during = counts["before"], counts["during"]
     assert counts["after_one"] == before  # my team (one worker beside me) ended with my request
     # the two callers, the compute thread and its one worker; at most one more while a caller's first
-    # calls run on its own thread before the other arrives
-    assert max(during[len(during) // 2:]) <= before + 4, during
+    # calls run on its own thread before the other arrives.  A team that lingers idle would be there in most
+    # samples; a team on its way out (a caller's, as its calls go to the compute thread) shows in a few, more
+    # often where tokens come fast: nine in ten of the later samples must be at the bound
+    later = sorted(during[len(during) // 2:])
+    assert later[len(later) * 9 // 10 - 1] <= before + 4, during
     assert max(during) >= before + 3  # the streams did run with a team of two threads
