@@ -24,11 +24,13 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     tokens at once, n_seq_max=4): aggregate generation rate under fair-share against fcfs on the same
     workload, both ours (fairness, preemption included, must not cost throughput; the bar is 0.95).
 
-Run with ``nox -s bench`` (``nox -s bench -- f``: case (f) alone, likewise f2, g, h, i, k).
+Run with ``nox -s bench``; ``nox -s bench -- f h`` runs those cases alone (any of a b c d e f f2 g h i k).
+``--gpu-layers N`` offloads N layers on both sides (llama.cpp built with a GPU backend, docs/performance.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import re
@@ -52,6 +54,25 @@ from llama_cpp.testing.tiny_spec_models import spec_model_path
 
 THREADS = 2
 ROUNDS = 5
+# Layers both sides offload to the GPU (``--gpu-layers``); None leaves each side its own default, which is the
+# same "auto" on both, so a CPU build's runs are unchanged.
+GPU_LAYERS: int | None = None
+
+
+def ours_settings(**kw: object) -> dict[str, object]:
+    """The keyword arguments of every ``Llama`` of the bench: the native side's threads and offload, plus ``kw``."""
+    offload = {} if GPU_LAYERS is None else {"n_gpu_layers": GPU_LAYERS}
+    return dict(n_threads=THREADS, n_threads_batch=THREADS, verbose=False, **offload, **kw)
+
+
+def offload_flags() -> list[str]:
+    """llama.cpp's tools' flag for the same offload as ``ours_settings``."""
+    return [] if GPU_LAYERS is None else ["-ngl", str(GPU_LAYERS)]
+
+
+def native_threads() -> list[str]:
+    """The thread and offload flags of the llama.cpp tools that take both thread counts."""
+    return ["-t", str(THREADS), "-tb", str(THREADS), *offload_flags()]
 
 
 def _tool(name: str) -> str:
@@ -77,7 +98,7 @@ def native_completion_tps(model: Path, n: int, sampling: list[str]) -> tuple[flo
     for _ in range(5):
         proc = subprocess.run(
             [_tool("llama-completion"), "-m", str(model), "-p", "Once upon a time", "-n", str(n), "-c", "2048",
-             "-t", str(THREADS), "-tb", str(THREADS), "--ignore-eos", "-no-cnv", "--no-display-prompt", "-s", "1",
+             *native_threads(), "--ignore-eos", "-no-cnv", "--no-display-prompt", "-s", "1",
              *sampling],
             capture_output=True, text=True, errors="replace", timeout=600,
         )
@@ -107,7 +128,7 @@ def ours_stream_tps(llm: Llama, n: int, **sampling: float) -> float:
 
 def llama_bench(model: Path) -> dict[str, float]:
     proc = subprocess.run(
-        [_tool("llama-bench"), "-m", str(model), "-t", str(THREADS), "-p", "512", "-n", "128",
+        [_tool("llama-bench"), "-m", str(model), "-t", str(THREADS), *offload_flags(), "-p", "512", "-n", "128",
          "-r", "1", "-o", "json"],
         capture_output=True, text=True, timeout=900,
     )
@@ -145,7 +166,7 @@ def batched_bench_tg(model: Path) -> float:
     """llama-batched-bench's generation rate (S_TG) with 8 sequences, each 64 prompt and 128 new tokens."""
     proc = subprocess.run(
         [_tool("llama-batched-bench"), "-m", str(model), "-c", "2048", "-b", "2048", "-ub", "512",
-         "-t", str(THREADS), "-tb", str(THREADS), "-npp", str(PARALLEL_PROMPT), "-ntg", str(PARALLEL_GEN),
+         *native_threads(), "-npp", str(PARALLEL_PROMPT), "-ntg", str(PARALLEL_GEN),
          "-npl", str(PARALLEL), "--output-format", "jsonl"],
         capture_output=True, text=True, timeout=900,
     )
@@ -202,8 +223,8 @@ def native_copy_tps(model: Path, spec_type: str | None) -> tuple[float, int, int
     """llama.cpp's generation rate on the same prompt: llama-speculative-simple with ``spec_type``
     (its decode phase), or llama-completion's eval rate when None; with drafted and accepted counts.
     The prompt goes in with -p: -f drops the file's last newline."""
-    common = ["-m", str(model), "-p", SPEC_PROMPT, "-n", str(SPEC_N), "--temp", "0", "-t", str(THREADS),
-              "-tb", str(THREADS), "-c", "2048"]
+    common = ["-m", str(model), "-p", SPEC_PROMPT, "-n", str(SPEC_N), "--temp", "0", *native_threads(),
+              "-c", "2048"]
     if spec_type is None:
         for _ in range(5):
             proc = subprocess.run([_tool("llama-completion"), *common, "-no-cnv", "--no-display-prompt"],
@@ -231,7 +252,7 @@ def speculative_case(smol: Path) -> None:
     ours: dict[str, list[float]] = {e: [] for e in SPEC_ENGINES}
     native: dict[str, list[float]] = {e: [] for e in SPEC_ENGINES}
     counts: dict[str, tuple[int, int, int, int]] = {}
-    kw = dict(n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    kw = ours_settings(n_ctx=2048)
     with Llama(str(smol), **kw) as plain:
         llms = {e: Llama(str(smol), speculative={"engine": e}, **kw) for e in SPEC_ENGINES}
         for _ in range(rounds):
@@ -304,10 +325,11 @@ def _server_commands(model: Path, port: int) -> dict[str, list[str]]:
         "ours": [sys.executable, "-m", "llama_cpp_server", "--model", str(model), "--model_alias", "smollm2",
                  "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(SERVER_CTX),
                  "--n_seq_max", str(SERVER_CONCURRENCY), "--n_batch", "2048", "--n_ubatch", "512",
-                 "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--chat_page", "false"],
+                 "--n_threads", str(THREADS), "--n_threads_batch", str(THREADS), "--chat_page", "false",
+                 *([] if GPU_LAYERS is None else ["--n_gpu_layers", str(GPU_LAYERS)])],
         "native": [_tool("llama-server"), "-m", str(model), "-a", "smollm2", "--host", "127.0.0.1",
                    "--port", str(port), "-c", str(SERVER_CTX), "-np", str(SERVER_CONCURRENCY), "-b", "2048",
-                   "-ub", "512", "-t", str(THREADS), "-tb", str(THREADS), "--no-webui"],
+                   "-ub", "512", *native_threads(), "--no-webui"],
     }
 
 
@@ -378,7 +400,7 @@ def cache_case(smol: Path) -> None:
     text = " ".join(f"Paragraph {i}: the committee met on day {i * 7 % 31 + 1} to discuss item {i * 13 % 97}, "
                     f"and agreed that {['cost', 'risk', 'time', 'scope'][i % 4]} mattered most." for i in range(200))
     with tempfile.TemporaryDirectory() as directory, \
-            Llama(str(smol), n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
+            Llama(str(smol), **ours_settings(n_ctx=2048)) as llm:
         prompt = llm.tokenize(text.encode())[:CACHE_PROMPT_TOKENS]
         times: dict[str, list[float]] = {"cold": [], "ram": [], "disk": []}
         caches = {"cold": lambda: None, "ram": lambda: LlamaRAMCache(capacity_bytes=1 << 30),
@@ -420,7 +442,7 @@ def model_drafters_on_random_weights() -> None:
     print("\nmodel drafters on tiny random-weight models, greedy, 128 tokens (acceptance ~0 by construction)")
     print(f"{'engine':26} {'plain t/s':>9} {'spec t/s':>9} {'speedup':>8} {'acc/draft':>10}")
     for name, (target, options) in cases.items():
-        kw = dict(n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+        kw = ours_settings(n_ctx=512)
         with Llama(path(target), **kw) as plain:
             base = _median([ours_copy_tps(plain, "Hello world", 128) for _ in range(3)])
         with Llama(path(target), speculative={"engine": name.split()[0], **options}, **kw) as llm:
@@ -461,8 +483,8 @@ def tenant_workload_tps(llm: Llama) -> float:
 def fair_share_case(smol: Path) -> None:
     """(k): fair-share against fcfs on the same workload, interleaved rounds."""
     rates: dict[str, list[float]] = {"fair-share": [], "fcfs": []}
-    llms = {name: Llama(str(smol), n_ctx=4096, n_seq_max=4, n_threads=THREADS, n_threads_batch=THREADS,
-                        verbose=False, scheduling={"policy": name}) for name in rates}
+    llms = {name: Llama(str(smol), **ours_settings(n_ctx=4096, n_seq_max=4, scheduling={"policy": name}))
+            for name in rates}
     try:
         for _ in range(ROUNDS):
             for name, llm in llms.items():
@@ -511,7 +533,7 @@ def native_embedding_seconds(model: Path, prompt_file: Path, separator: str) -> 
     proc = subprocess.run(
         [_tool("llama-embedding"), "-m", str(model), "-f", str(prompt_file), "--embd-separator", separator,
          "--embd-output-format", "none", "-c", str(EMBED_BATCH), "-b", str(EMBED_BATCH), "-ub", str(EMBED_BATCH),
-         "-t", str(THREADS), "-tb", str(THREADS), "--no-warmup"],
+         *native_threads(), "--no-warmup"],
         capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -532,8 +554,8 @@ def embedding_case() -> None:
     ours: list[float] = []
     native: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, \
-            LlamaEmbedding(str(model), n_ctx=EMBED_BATCH, n_batch=EMBED_BATCH, n_ubatch=EMBED_BATCH,
-                           n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
+            LlamaEmbedding(str(model), **ours_settings(n_ctx=EMBED_BATCH, n_batch=EMBED_BATCH,
+                                                       n_ubatch=EMBED_BATCH)) as llm:
         every, one = Path(tmp) / "sentences.txt", Path(tmp) / "one.txt"
         every.write_text(separator.join(sentences), encoding="utf-8")
         one.write_text(sentences[0], encoding="utf-8")
@@ -554,83 +576,103 @@ def embedding_case() -> None:
           f"{ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
 
 
-def main() -> None:
-    if sys.argv[1:] == ["g"]:  # nox -s bench -- g: the embedding case alone
-        embedding_case()
-        return
+SAMPLED = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+NATIVE_SAMPLED = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
+# (d): the rest of the sampler family at once, with the same settings on both sides
+FAMILY = dict(SAMPLED, repeat_penalty=1.1, frequency_penalty=0.1, presence_penalty=0.1, penalty_last_n=64,
+              dry_multiplier=0.8, dry_allowed_length=2, dry_penalty_last_n=64, typical_p=0.95,
+              xtc_probability=0.3, xtc_threshold=0.1, top_n_sigma=2.0, dynatemp_range=0.3)
+NATIVE_FAMILY = [*NATIVE_SAMPLED, "--repeat-penalty", "1.1", "--frequency-penalty", "0.1",
+                 "--presence-penalty", "0.1", "--repeat-last-n", "64", "--dry-multiplier", "0.8",
+                 "--dry-allowed-length", "2", "--dry-penalty-last-n", "64", "--typical", "0.95",
+                 "--xtc-probability", "0.3", "--xtc-threshold", "0.1", "--top-nsigma", "2.0",
+                 "--dynatemp-range", "0.3"]
+TINY_CASES = {"a": ("(a) tiny, streamed greedy, 1024 tokens", dict(temperature=0.0), ["--temp", "0"], 0.90),
+              "b": ("(b) tiny, streamed sampled, 1024 tokens", SAMPLED, NATIVE_SAMPLED, 0.85),
+              "d": ("(d) tiny, all sampler families, 1024 tokens", FAMILY, NATIVE_FAMILY, 0.80)}
+TABLE_CASES = ("a", "b", "c", "d", "e")  # the cases of the first table; the others print their own
+
+
+def _row(label: str, ours: list[float], native: list[float], bar: float) -> None:
+    ratio = _paired_ratio(ours, native)
+    print(f"{label:52} {_median(ours):9.1f} {_median(native):9.1f} {ratio:6.3f} {bar:5.2f} "
+          f"{'ok' if ratio >= bar else 'LOW'}")
+
+
+def tiny_cases(keys: list[str]) -> None:
+    """(a), (b), (d): streamed generation on the tiny model against llama-completion's decode rate and its
+    decode + sampling rate, rounds alternating the two sides so that machine-wide drift hits both alike."""
+    samples: dict[str, dict[str, list[float]]] = {k: {"ours": [], "eval": [], "e2e": []} for k in keys}
     tiny = _tiny_model()
-    smol = smollm2_path(quiet=True)
-    alone = {"f": server_case, "f2": lambda smol: server_case(smol, "completion"), "i": speculative_case,
-             "h": cache_case, "k": fair_share_case}  # nox -s bench -- <case>: that case alone
-    if len(sys.argv) == 2 and sys.argv[1] in alone:
-        alone[sys.argv[1]](smol)
-        return
-    sampled = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
-    native_sampled = ["--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05"]
-    # (d): the rest of the sampler family at once, with the same settings on both sides
-    family = dict(sampled, repeat_penalty=1.1, frequency_penalty=0.1, presence_penalty=0.1, penalty_last_n=64,
-                  dry_multiplier=0.8, dry_allowed_length=2, dry_penalty_last_n=64, typical_p=0.95,
-                  xtc_probability=0.3, xtc_threshold=0.1, top_n_sigma=2.0, dynatemp_range=0.3)
-    native_family = [*native_sampled, "--repeat-penalty", "1.1", "--frequency-penalty", "0.1",
-                     "--presence-penalty", "0.1", "--repeat-last-n", "64", "--dry-multiplier", "0.8",
-                     "--dry-allowed-length", "2", "--dry-penalty-last-n", "64", "--typical", "0.95",
-                     "--xtc-probability", "0.3", "--xtc-threshold", "0.1", "--top-nsigma", "2.0",
-                     "--dynatemp-range", "0.3"]
-    cases = {"a": ([], dict(temperature=0.0), ["--temp", "0"]), "b": ([], sampled, native_sampled),
-             "d": ([], family, native_family)}
-    samples: dict[str, dict[str, list[float]]] = {k: {"ours": [], "eval": [], "e2e": []} for k in cases}
-    # rounds alternate the two sides so that machine-wide drift hits both alike
-    with Llama(str(tiny), n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
+    with Llama(str(tiny), **ours_settings(n_ctx=2048)) as llm:
         for _ in range(ROUNDS):
-            for key, (_, ours_kw, native_kw) in cases.items():
+            for key in keys:
+                _, ours_kw, native_kw, _ = TINY_CASES[key]
                 samples[key]["ours"].append(ours_stream_tps(llm, 1024, **ours_kw))
                 eval_rate, e2e_rate = native_completion_tps(tiny, 1024, native_kw)
                 samples[key]["eval"].append(eval_rate)
                 samples[key]["e2e"].append(e2e_rate)
-    smol_ours: dict[str, list[float]] = {"pp512": [], "tg128": []}
-    smol_native: dict[str, list[float]] = {"pp512": [], "tg128": []}
-    with Llama(str(smol), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False) as llm:
+    for key in keys:
+        name, _, _, bar = TINY_CASES[key]
+        _row(f"{name} vs decode rate", samples[key]["ours"], samples[key]["eval"], bar)
+        _row(f"{name} vs decode+sampling rate", samples[key]["ours"], samples[key]["e2e"], bar)
+
+
+def single_sequence_case(smol: Path) -> None:
+    """(c): SmolLM2 prompt processing and generation against llama-bench."""
+    ours: dict[str, list[float]] = {"pp512": [], "tg128": []}
+    native: dict[str, list[float]] = {"pp512": [], "tg128": []}
+    with Llama(str(smol), **ours_settings(n_ctx=1024)) as llm:
         for _ in range(ROUNDS):
             for key, value in ours_pp_tg(llm).items():
-                smol_ours[key].append(value)
+                ours[key].append(value)
             for key, value in llama_bench(smol).items():
-                smol_native[key].append(value)
+                native[key].append(value)
+    _row("(c) SmolLM2 generation vs llama-bench tg128", ours["tg128"], native["tg128"], 0.97)
+    _row("(c) SmolLM2 prompt vs llama-bench pp512", ours["pp512"], native["pp512"], 0.97)
 
-    parallel_ours: list[float] = []
-    parallel_native: list[float] = []
-    with Llama(str(smol), n_ctx=2048, n_seq_max=PARALLEL, n_threads=THREADS, n_threads_batch=THREADS,
-               verbose=False) as llm:
+
+def parallel_case(smol: Path) -> None:
+    """(e): see the module's docstring."""
+    ours: list[float] = []
+    native: list[float] = []
+    with Llama(str(smol), **ours_settings(n_ctx=2048, n_seq_max=PARALLEL)) as llm:
         for _ in range(ROUNDS):
-            parallel_ours.append(ours_parallel_tg(llm))
-            parallel_native.append(batched_bench_tg(smol))
+            ours.append(ours_parallel_tg(llm))
+            native.append(batched_bench_tg(smol))
+    _row("(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG", ours, native, 0.90)
 
-    print(f"{ROUNDS} interleaved rounds, {THREADS} threads; rates are medians, ratios the median of per-round ratios")
-    print(f"{'case':52} {'ours t/s':>9} {'native':>9} {'ratio':>6} {'bar':>5}")
-    names = {"a": "(a) tiny, streamed greedy, 1024 tokens", "b": "(b) tiny, streamed sampled, 1024 tokens",
-             "d": "(d) tiny, all sampler families, 1024 tokens"}
-    bars = {"a": 0.90, "b": 0.85, "d": 0.80}
-    for key, name in names.items():
-        ours = samples[key]["ours"]
-        bar = bars[key]
-        for label, native in (("vs decode rate", samples[key]["eval"]),
-                              ("vs decode+sampling rate", samples[key]["e2e"])):
-            ratio = _paired_ratio(ours, native)
-            print(f"{name + ' ' + label:52} {_median(ours):9.1f} {_median(native):9.1f} {ratio:6.3f} {bar:5.2f} "
-                  f"{'ok' if ratio >= bar else 'LOW'}")
-    for key, label in (("tg128", "(c) SmolLM2 generation vs llama-bench tg128"),
-                       ("pp512", "(c) SmolLM2 prompt vs llama-bench pp512")):
-        ratio = _paired_ratio(smol_ours[key], smol_native[key])
-        print(f"{label:52} {_median(smol_ours[key]):9.1f} {_median(smol_native[key]):9.1f} {ratio:6.3f} "
-              f"{0.97:5.2f} {'ok' if ratio >= 0.97 else 'LOW'}")
-    ratio = _paired_ratio(parallel_ours, parallel_native)
-    print(f"{'(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG':52} {_median(parallel_ours):9.1f} "
-          f"{_median(parallel_native):9.1f} {ratio:6.3f} {0.90:5.2f} {'ok' if ratio >= 0.90 else 'LOW'}")
-    server_case(smol)
-    server_case(smol, "completion")
-    cache_case(smol)
-    speculative_case(smol)
-    fair_share_case(smol)
-    embedding_case()
+
+CASES = ("a", "b", "c", "d", "e", "f", "f2", "h", "i", "k", "g")
+
+
+def main() -> None:
+    global GPU_LAYERS, ROUNDS
+    parser = argparse.ArgumentParser(description="llama_cpp's speed against llama.cpp's own tools")
+    parser.add_argument("cases", nargs="*", metavar="case", help=f"cases to run, of {' '.join(CASES)} (default: all)")
+    parser.add_argument("--gpu-layers", type=int, default=None,
+                        help="layers both sides offload to the GPU (default: each side's own, the same)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
+    args = parser.parse_args()
+    unknown = sorted(set(args.cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown cases {', '.join(unknown)}; the cases are {' '.join(CASES)}")
+    GPU_LAYERS, ROUNDS = args.gpu_layers, args.rounds
+    chosen = [c for c in CASES if c in (args.cases or CASES)]
+    if set(chosen) & set(TABLE_CASES):
+        offload = "" if GPU_LAYERS is None else f", {GPU_LAYERS} layers offloaded on both sides"
+        print(f"{ROUNDS} interleaved rounds, {THREADS} threads{offload}; rates are medians, ratios the median of "
+              f"per-round ratios")
+        print(f"{'case':52} {'ours t/s':>9} {'native':>9} {'ratio':>6} {'bar':>5}")
+    tiny = [c for c in chosen if c in TINY_CASES]
+    if tiny:
+        tiny_cases(tiny)
+    alone = {"c": single_sequence_case, "e": parallel_case, "f": server_case,
+             "f2": lambda smol: server_case(smol, "completion"), "h": cache_case, "i": speculative_case,
+             "k": fair_share_case, "g": lambda smol: embedding_case()}
+    for case in chosen:
+        if case in alone:
+            alone[case](smollm2_path(quiet=True))
 
 
 if __name__ == "__main__":
