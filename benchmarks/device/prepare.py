@@ -30,11 +30,13 @@ CALL_LIMIT = 64 << 20  # what one call of the device tool carries, the working t
 MARGIN = 2 << 20
 PYTHON = "3.12"  # the device image's python3
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-# What the image lacks of the runtime dependencies of the core, the plugins, the server and the build
+# What the image lacks of the runtime dependencies of the core, the plugins, the server (fastapi imports
+# opentelemetry's API) and the build
 # (cffi) and of the tiny model's writer (gguf); numpy, pluggy, attrs, jinja2, httpx, pyyaml, requests, tqdm,
 # click, h11 and anyio are there.
 THIRD_PARTY = ("cffi", "pycparser", "gguf", "fastapi", "starlette", "pydantic", "pydantic-core", "pydantic-settings",
-               "python-dotenv", "typing-inspection", "annotated-types", "typing-extensions", "uvicorn")
+               "python-dotenv", "typing-inspection", "annotated-types", "typing-extensions", "uvicorn",
+               "opentelemetry-api")
 OURS = ("core", *sorted(str(p.parent.relative_to(ROOT)) for p in ROOT.glob("plugins/*/pyproject.toml")),
         "contrib/server")
 # Parts of the llama.cpp tree that no CUDA build of the libraries, tools or server reads.
