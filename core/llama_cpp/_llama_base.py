@@ -159,6 +159,7 @@ class LlamaBase(Closing):
         cache: Any = None,
         speculative: Any = None,
         scheduling: Any = None,
+        overlap_decode: bool | None = None,
         draft_model: Any = None,
         spm_infill: bool = False,
         verbose: bool = True,
@@ -313,6 +314,7 @@ class LlamaBase(Closing):
         self._is_recurrent = bool(lib.llama_model_is_recurrent(model_ptr))
         self._is_hybrid = bool(lib.llama_model_is_hybrid(model_ptr))
         recurrent = self._is_recurrent or self._is_hybrid
+        overlap = P.overlap_decode(overlap_decode, n_gpu_layers=mparams.n_gpu_layers, recurrent=recurrent)
         windowed = lib.llama_model_n_swa(model_ptr) > 0
         if not windowed:
             cparams.swa_full = False  # no window: nothing to keep full size (the seed does the same)
@@ -337,7 +339,8 @@ class LlamaBase(Closing):
                 "on_device": self.checkpoint_on_device, "verbose": verbose}
             self._scheduler = Scheduler(self._model, self._ctx, self._adapters, n_keep=self.n_keep,
                                         logits_all=self.logits_all, max_outputs=cparams.n_outputs_max,
-                                        step=self._spec_step, checkpoints=checkpoints, policy=policy)
+                                        step=self._spec_step, checkpoints=checkpoints, policy=policy,
+                                        overlap=overlap)
         self.set_cache(cache)
         self.metadata = self._read_metadata()
         if tokenizer is not None and not all(callable(getattr(tokenizer, m, None)) for m in ("tokenize", "detokenize")):
@@ -492,6 +495,13 @@ class LlamaBase(Closing):
 
     def _live_ctx(self) -> Any:
         return self._live_scheduler().ctx.ptr
+
+    def _settled_ctx(self) -> Any:
+        """The ``llama_context *`` for a call that reads its logits or memory: no decode of ours is still
+        running on it (the overlap's, docs/engine.md)."""
+        scheduler = self._live_scheduler()
+        scheduler.settle()
+        return scheduler.ctx.ptr
 
     def _live_scheduler(self) -> Scheduler:
         if self._closed:
@@ -670,7 +680,9 @@ class LlamaBase(Closing):
         """The ``llama_context *`` as the low-level API takes it: an int.  Decoding on it, or editing its
         memory, through ``llama_cpp.llama_cpp`` is allowed between calls: the engine then re-evaluates
         the next prompt instead of trusting what it remembered (docs/low-level.md)."""
-        return self._live_scheduler().ctx.ctx
+        scheduler = self._live_scheduler()
+        scheduler.settle()  # no decode of ours is still running when the caller's low-level calls start
+        return scheduler.ctx.ctx
 
     @property
     def n_batch(self) -> int:
@@ -925,6 +937,7 @@ class LlamaBase(Closing):
         without it only the last decode's last row is kept, as with llama-cpp-python: a (1, n_vocab) copy
         (none before anything was evaluated)."""
         scheduler = self._live_scheduler()
+        scheduler.settle()
         ledger = scheduler.current.ledger
         if not self.logits_all:
             if not len(ledger):
@@ -1143,7 +1156,9 @@ class LlamaBase(Closing):
         return self._logits_at(-1)
 
     def _logits_at(self, idx: int) -> np.ndarray:
-        return self._live_scheduler().ctx.logits_row(idx)
+        scheduler = self._live_scheduler()
+        scheduler.settle()  # the last decode is then the last one the ledger holds
+        return scheduler.ctx.logits_row(idx)
 
     def _generate(self, tokens: list[int], params: SamplingParams, reset: bool = True,
                   logits_processor: Callable[..., Any] | None = None,

@@ -116,6 +116,21 @@ def gpu_layers(value: Any) -> int:
     return value
 
 
+def overlap_decode(value: Any, *, n_gpu_layers: int, recurrent: bool) -> bool:
+    """Whether the engine starts each next decode before a tick's tokens are handed out (``overlap_decode``;
+    docs/engine.md).  ``None`` chooses: on when layers are offloaded to a GPU, whose ``llama_decode`` returns
+    once the graph is queued (on the CPU it computes the graph before returning, so starting it earlier only
+    delays the tokens).  A recurrent memory cannot drop the token decoded for a reader that stopped."""
+    if value is None:
+        return n_gpu_layers != 0 and not recurrent and bool(lib.llama_supports_gpu_offload())
+    if not isinstance(value, bool):
+        raise TypeError(f"overlap_decode must be True, False or None (chosen by the offload), got {value!r}")
+    if value and recurrent:
+        raise ValueError("overlap_decode=True needs a memory that can drop its last token, and this model's "
+                         "recurrent state cannot; pass False or None")
+    return value
+
+
 def default_threads() -> tuple[int, int]:
     """(generation, batch) thread counts: half the cores for generation, all for batches."""
     cpus = os.cpu_count() or 1

@@ -227,7 +227,7 @@ def _context_pointer(ctx: Any) -> Any:
     from .llama import Llama
 
     if isinstance(ctx, Llama):
-        return ctx._live_ctx()
+        return ctx._settled_ctx()
     if isinstance(ctx, Context):
         return ctx.ptr
     return as_pointer(getattr(ctx, "ctx", ctx), "struct llama_context *")

@@ -184,6 +184,8 @@ class ModelSettings(BaseModel):
     chat_handler_kwargs: dict[str, Any] | None = _llama("keywords of the multimodal handler mmproj_path makes "
                                                         "(the media policy is the server's)")
     spm_infill: bool | None = _llama("suffix/prefix/middle order for infill")
+    overlap_decode: bool | None = _llama("start each next decode before the last tokens are handed out "
+                                         "(default: on when layers are offloaded to a GPU)")
     verbosity: Union[int, str] | None = _llama("log level (0-5 or a name)")
     log_filters: list[str] | None = _llama("log lines containing one of these are dropped")
     log_filters_case_sensitive: bool | None = _llama("log_filters match case")

@@ -418,13 +418,15 @@ class Planner:
         return kept
 
     # -- the tick's plan --------------------------------------------------------------------
-    def select(self) -> list[Slot]:
+    def select(self, ahead: bool = False) -> list[Slot]:
         """The slots to serve this tick: those that can advance, of one adapter set; decode steps first
-        (one token each), then prompt chunks."""
+        (one token each), then prompt chunks.  ``ahead``: the decode starts before the readers have seen
+        the last tokens, so a request whose reader must see each token before the next is decoded
+        (``read_ahead=0``) waits for the next tick."""
         ready: list[Slot] = []
         for slot in self.slots:
             request = slot.request
-            if request is None or request.cancelled:
+            if request is None or request.cancelled or (ahead and not request.read_ahead):
                 continue
             if request.state == RequestState.PREFILL:
                 ready.append(slot)
@@ -439,16 +441,17 @@ class Planner:
             ready.sort(key=lambda s: s.serving.state == RequestState.PREFILL)
         return ready
 
-    def pack(self, selected: list[Slot]) -> TickPlan:
+    def pack(self, selected: list[Slot], ahead: bool = False) -> TickPlan:
         """The rows of ``selected`` that fit one decode (a slot whose prompt is at a media chunk gets that
         chunk instead, evaluated before the batch).  A slot whose tokens cannot fit its sequence even after
-        a context shift is ``refused`` with the reason (the update ends its request)."""
+        a context shift is ``refused`` with the reason (the update ends its request).  ``ahead``: the plan
+        is started before its readers have read the last tokens (:meth:`select`)."""
         capacity, n_ctx_seq, max_outputs = self.ctx.n_batch, self.ctx.n_ctx_seq, self.max_outputs
         logits_all, checkpoints = self.logits_all, self.checkpoints
         if self.step.drafts:
             self._ask_drafts(selected)
         lead = selected[0].serving
-        plan = TickPlan([], [], [], lead.adapter_key, lead.adapters)
+        plan = TickPlan([], [], [], lead.adapter_key, lead.adapters, ahead)
         rows = plan.rows
         used = outputs = 0
         key = plan.adapter_key

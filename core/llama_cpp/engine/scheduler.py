@@ -36,13 +36,13 @@ from .planner import Planner
 from .policy import Policy
 from .prefix_summary import BLOCK_TOKENS, MAX_HASHES, PrefixSummary, summarize
 from .request import Request, RequestState, TokenEvent
-from .runner import ContextRunner, Runner
+from .runner import ContextRunner, Decoded, Runner
 from .sampler import SequenceSampler, chain_context
 from .scope import current_scope
-from .slot import BatchRow, Slot
+from .slot import BatchRow, Slot, TickPlan
 from .stats import Counters, EngineStats
 from .step import PlainStep, Step
-from .update import Update
+from .update import Outcome, Update
 
 
 class Scheduler:
@@ -54,8 +54,11 @@ class Scheduler:
 
     def __init__(self, model: Model, ctx: Context, adapters: Adapters, *, n_keep: int, logits_all: bool,
                  max_outputs: int = 0, step: Step | None = None, checkpoints: bool | dict[str, Any] = False,
-                 policy: Policy | None = None, runner: Runner | None = None) -> None:
+                 policy: Policy | None = None, runner: Runner | None = None, overlap: bool = False) -> None:
         self.model = model
+        # start each next decode before the tick's tokens are handed out (see _tick)
+        self.overlap = overlap
+        self._in_flight: tuple[TickPlan, Decoded] | None = None  # a decode started and not yet applied
         self.ctx = ctx
         self.step: Step = step or PlainStep()
         self.runner: Runner = runner or ContextRunner(ctx, adapters, self.step)
@@ -285,15 +288,33 @@ class Scheduler:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile."""
+        """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile, and a decode
+        started ahead has been applied (what memory holds is what the ledgers say)."""
         with self._mutex:
             while self._driving:
                 self._wait()
             self._driving = True
         try:
+            with self._mutex:
+                if self._in_flight is not None:
+                    self.update.deliver(self._settle())
             yield
         finally:
             with self._mutex:
+                self._driving = False
+                self._bump()
+
+    def settle(self) -> None:
+        """Apply a decode started ahead, unless a tick is running (which applies it): for the facade's
+        low-level accessors (``Llama.ctx``, the last logits), which must see the memory the ledgers
+        describe.  It does not wait, so a user hook running inside a tick may call it."""
+        with self._mutex:
+            if self._in_flight is None or self._driving:
+                return
+            self._driving = True
+            try:
+                self.update.deliver(self._settle())
+            finally:
                 self._driving = False
                 self._bump()
 
@@ -321,28 +342,54 @@ class Scheduler:
 
     # -- the tick ---------------------------------------------------------------------------
     def _tick(self) -> bool:
-        """One plan, run and applied, for every sequence that can advance; False if nothing could.
+        """One decode started (unless one is in flight), applied and delivered, for every sequence that can
+        advance; False if nothing could.
 
-        Called with the engine's lock held, and returns with it held: the plan is made and delivered
-        under it, packed, run and applied without it."""
+        Called with the engine's lock held, and returns with it held: plans are made and delivered under
+        it, packed, run and applied without it.  With ``overlap`` the next decode is started right after
+        this one's events are delivered and before any reader is woken: on a GPU, ``llama_decode`` returns
+        once the graph is queued, so the device computes while the readers take their tokens, and the next
+        tick applies it (its logits are read then).  A sequence whose reader must see a token before the
+        next one is decoded (``read_ahead=0``) is not started ahead (:meth:`.Planner.select`)."""
+        if self._in_flight is None and not self._launch(ahead=False):
+            return False
+        self.update.deliver(self._settle())
+        if self.overlap:
+            self._launch(ahead=True)
+        return True
+
+    def _launch(self, ahead: bool) -> bool:
+        """Plan a decode and start it (the lock held, and released while it is packed and run); False when
+        no sequence can advance."""
         ctx, planner, mutex = self.ctx, self.planner, self._mutex
         if self._abort_pending:
             self._abort_pending = False
             ctx.clear_abort()
         planner.due(ctx.written_outside())
-        selected = planner.select()
+        selected = planner.select(ahead)
         if not selected:
             return False
         mutex.release()
         try:
-            plan = planner.pack(selected)
+            plan = planner.pack(selected, ahead)
             if not (plan.rows or plan.media or plan.refused):
                 return False
-            outcomes = self.update.apply(plan, self.runner.run(plan))
+            self._in_flight = (plan, self.runner.run(plan))
         finally:
             mutex.acquire()
-        self.update.deliver(outcomes)
         return True
+
+    def _settle(self) -> list[tuple[Slot, Outcome]]:
+        """Apply the decode in flight (the lock held, and released while it is applied): the outcomes to
+        deliver."""
+        in_flight, self._in_flight = self._in_flight, None
+        assert in_flight is not None
+        mutex = self._mutex
+        mutex.release()
+        try:
+            return self.update.apply(*in_flight)
+        finally:
+            mutex.acquire()
 
     # -- the engine's memory, for the facade and the embedder (each under exclusive()) ------------
     def memory_changed(self, slot: Slot) -> None:

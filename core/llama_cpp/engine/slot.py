@@ -96,10 +96,13 @@ class MediaRow(NamedTuple):
 class TickPlan(NamedTuple):
     """What one tick runs: media chunks first, then one batch, all under one adapter set (``adapters``, as
     ``Adapters.apply`` takes it, and its ``adapter_key``: every request served shares them); ``refused``
-    are the slots whose tokens could not be made to fit, with the reason."""
+    are the slots whose tokens could not be made to fit, with the reason.  ``ahead``: started before the
+    readers had seen the last tokens (the scheduler's overlap), so a reader that stopped meanwhile never
+    asked for its rows, and they leave memory."""
 
     rows: list[BatchRow]
     media: list[MediaRow]
     refused: list[tuple[Slot, BaseException]]
     adapter_key: AdapterKey
     adapters: tuple[Any, Any]
+    ahead: bool = False

@@ -70,6 +70,10 @@ class Update:
         now = self.planner.ticks
         for row in rows:
             slot, fed = row.slot, row.fed
+            request = slot.request
+            if plan.ahead and (request is None or request.cancelled):
+                self._unasked(slot)
+                continue
             slot.last_used = now
             if self.logits_all:
                 self._keep_logits(slot, row.rows)
@@ -77,7 +81,6 @@ class Update:
             tokens.extend(fed)  # the decoded tokens are in memory now
             if len(tokens) > counters.n_tokens_max:
                 counters.n_tokens_max = len(tokens)
-            request = slot.request
             if request is None or request.cancelled:
                 continue
             if request.ticket is not None:
@@ -125,6 +128,13 @@ class Update:
             request.n_prompt_evaluated += chunk.n_pos
             self.counters.n_prompt_tokens += chunk.n_tokens
             self.counters.n_media_evaluated += 1
+
+    def _unasked(self, slot: Slot) -> None:
+        """A row decoded ahead for a reader that stopped before it read the tokens before it: it leaves
+        memory, so the sequence holds what it would have held without the overlap."""
+        at = len(slot.ledger)
+        self.ctx.seq_rm(slot.seq_id, at, -1)
+        self.step.rollback(slot.step_state, slot.seq_id, at)
 
     def _decode_failed(self, rows: list[BatchRow], decoded: Decoded, outcomes: list[tuple[Slot, Outcome]]) -> None:
         """Nothing of a failed batch stays in memory; its requests end (aborted, or with the error)."""
