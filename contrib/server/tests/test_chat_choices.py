@@ -65,3 +65,24 @@ def test_chat_n_larger_than_the_sequences_still_answers_every_choice(serve: Call
         solo = [chat(base, "More choices than sequences", seed=7 + j)["choices"][0]["message"]["content"]
                 for j in range(3)]
         assert texts == solo
+
+
+def test_with_the_overlap_on_as_on_a_gpu_the_answers_are_the_same(serve: Callable[..., Any]) -> None:
+    """``overlap_decode`` (on by default where layers are on a GPU): choices forked from one prompt, streams
+    and a stop string that cancels a stream part way give what the server without it gives."""
+    body = {**BODY, "messages": [{"role": "user", "content": "Stream three"}], "n": 3, "stream": True}
+    answers = []
+    for overlap in (False, True):
+        with serve(n_seq_max=4, overlap_decode=overlap) as base:
+            whole = [c["message"]["content"] for c in chat(base, "Tell me three things", n=3)["choices"]]
+            texts = ["", "", ""]
+            with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=60) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        for choice in json.loads(line[6:])["choices"]:
+                            texts[choice["index"]] += choice["delta"].get("content") or ""
+            stopped = chat(base, "Tell me three things", stop=[whole[0][5:8]])["choices"][0]["message"]["content"]
+            again = chat(base, "Tell me three things")["choices"][0]["message"]["content"]
+            answers.append((whole, texts, stopped, again))
+    assert answers[0] == answers[1]
+    assert len(answers[1][2]) < len(answers[1][0][0])  # the stop string ended that one early
