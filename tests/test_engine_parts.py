@@ -49,6 +49,9 @@ class FakeContext:
     def written_outside(self) -> bool:
         return False
 
+    def synchronize(self) -> None:
+        pass
+
     def clear_abort(self) -> None:
         pass
 

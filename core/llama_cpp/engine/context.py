@@ -248,7 +248,14 @@ class Context:
         for llama-cpp-python reaches the context as ``llm._ctx.ctx``."""
         return self.addresses[0]
 
+    def synchronize(self) -> None:
+        """Wait for the last decode to finish: on a GPU ``llama_decode`` returns once its graph is queued, and
+        the graph reads its inputs and writes the logits until then (reading the logits also waits)."""
+        lib.llama_synchronize(self.ptr)
+
     def close(self) -> None:
+        if not self.handle.closed:  # nothing may still write into what is freed below
+            self.synchronize()
         self.compute.close()
         self.batch.close()
         self.handle.close()

@@ -387,6 +387,9 @@ class Scheduler:
         mutex = self._mutex
         mutex.release()
         try:
+            # reading a row's logits would wait for the decode, but a decode whose rows are all dropped
+            # (their readers stopped) reads none, and the next one must not start over it
+            self.ctx.synchronize()
             return self.update.apply(*in_flight)
         finally:
             mutex.acquire()
