@@ -116,3 +116,18 @@ def test_a_choice_pinned_to_a_sequence_runs_there_and_does_not_hold_the_others_u
         assert rest[-1].end is not None and rest[-1].end.sequence == 1
         with pytest.raises(ValueError, match="sequence 2 does not exist"):
             list(llm.completion_events(PROMPT, max_tokens=1, sequence=2))
+
+
+def test_return_progress_reports_the_prompt_before_the_first_token(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=256, n_batch=8, n_threads=1, verbose=False) as llm:
+        plain = list(llm.completion_events(PROMPT * 3, max_tokens=4, temperature=0))
+        llm.reset()
+        events = list(llm.completion_events(PROMPT * 3, max_tokens=4, temperature=0, return_progress=True))
+        reports = [e.progress for e in events if e.progress is not None]
+        n_prompt = events[0].n_prompt
+        assert [(p.total, p.cached, p.processed) for p in reports] == \
+            [(n_prompt, 0, 0), *((n_prompt, 0, min(n, n_prompt)) for n in range(8, n_prompt + 8, 8))]
+        assert all(e.token is None and e.end is None and e.text == "" for e in events[:len(reports)])
+        assert [(e.token, e.text) for e in events[len(reports):]] == [(e.token, e.text) for e in plain]
+        with pytest.raises(TypeError, match="return_progress must be True or False"):
+            llm.completion_events(PROMPT, return_progress="yes")  # type: ignore[arg-type]

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from llama_cpp.engine import (BatchRow, ChoiceGroup, Decoded, Request, RequestState, RowKind, RowMode, Sampled, Scheduler,
-                              TickPlan)
+from llama_cpp.engine import (BatchRow, ChoiceGroup, Decoded, PromptProgress, Request, RequestState, RowKind, RowMode,
+                              Sampled, Scheduler, TickPlan)
 from llama_cpp.engine.context import DECODE_ABORTED
 from llama_cpp.engine.media import MediaChunk, media_entries
 from llama_cpp.engine.policy import Policy, Ticket
@@ -524,3 +524,28 @@ def test_a_choice_group_call_with_another_prompt_runs_on_its_own():
 def test_a_choice_group_needs_a_call():
     with pytest.raises(ValueError, match="at least one call"):
         ChoiceGroup(0)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_request_that_asks_hears_of_each_prompt_chunk_before_its_first_token(overlap: bool):
+    scheduler, ctx, _ = engine(n_seq_max=1, n_batch=4, overlap=overlap)
+    first = request([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], max_tokens=2, report_progress=True)
+    scheduler.submit(first)
+    seen = []
+    while (item := scheduler.next_of([first], progress=True)[1]) is not None:
+        seen.append(item if isinstance(item, PromptProgress) else ("token", item.token))
+    assert [(p.total, p.cached, p.processed) for p in seen[:-2]] == [(10, 0, 0), (10, 0, 4), (10, 0, 8), (10, 0, 10)]
+    assert [p.ms for p in seen[:-2]] == sorted(p.ms for p in seen[:-2])
+    assert seen[-2:] == [("token", t) for t in solo(range(1, 11), 2)]
+    # a prompt that shares a prefix: reported as cached; a request that does not ask hears nothing
+    again = request([1, 2, 3, 4, 5, 6, 7, 8, 42], max_tokens=1, report_progress=True)
+    quiet = request([1, 2, 3, 4, 5, 6, 7, 8, 43], max_tokens=1)
+    scheduler.submit(again)
+    progress = []
+    while (item := scheduler.next_of([again], progress=True)[1]) is not None:
+        progress += [(item.cached, item.processed)] if isinstance(item, PromptProgress) else []
+    assert progress == [(8, 8), (8, 9)]
+    scheduler.submit(quiet)
+    assert run(scheduler, quiet) == solo([1, 2, 3, 4, 5, 6, 7, 8, 43], 1) and not quiet.progress
+    with scheduler.exclusive():
+        assert_mirrors(scheduler, ctx)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, overload
 
 import attrs
 import numpy as np
@@ -20,7 +20,7 @@ from llama_cpp_native import lib
 from ._llama_base import LlamaBase
 from ._text import StopScanner
 from .completion_events import CompletionEnd, CompletionEvent, FimTokens, StopType
-from .engine import Request, TokenEvent
+from .engine import PromptProgress, Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
 from .engine.policy import check_priority, check_tenant, current_tags
 from .engine.normalize import choice_count, choice_seed, new_token_limit, prompt_list, stop_list, text_prompt_tokens
@@ -240,14 +240,16 @@ class CompletionAPI(LlamaBase):
         return _merge_chunks(list(chunks))
 
     def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
-                          t_max_predict_ms: float = -1, sequence: int | None = None,
+                          t_max_predict_ms: float = -1, sequence: int | None = None, return_progress: bool = False,
                           **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
         ``stream``, ``echo`` and ``model``, which shape OpenAI's objects; ``n_indent`` and ``t_max_predict_ms``
         are llama-server's line rules for code completion (:mod:`llama_cpp.line_limits`); ``sequence`` runs
-        each prompt's first choice in that engine sequence (llama-server's ``id_slot``), waiting for it."""
+        each prompt's first choice in that engine sequence (llama-server's ``id_slot``), waiting for it;
+        ``return_progress`` adds, before a choice's first token, events with ``progress`` (llama-server's
+        ``prompt_progress``): when its prompt gets a sequence, then after each chunk of it is decoded."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
@@ -256,8 +258,12 @@ class CompletionAPI(LlamaBase):
             raise ValueError(f"n_indent must be a whole number of spaces or tabs, 0 for no rule, got {n_indent!r}")
         bound = inspect.signature(CompletionAPI.create_completion).bind(self, prompt, **keywords)
         bound.apply_defaults()
+        if not isinstance(return_progress, bool):
+            raise TypeError(f"return_progress must be True or False, got {return_progress!r}")
         choices, _ = self._completion_choices(bound.arguments, sequence)
-        return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms))
+        for choice in choices:
+            choice.request.report_progress = return_progress
+        return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms), return_progress)
 
     def _completion_choices(self, call: Mapping[str, Any],
                             sequence: int | None = None) -> tuple[list[_Choice], int]:
@@ -322,10 +328,19 @@ class CompletionAPI(LlamaBase):
             tokens = [self.token_bos()]
         return _Prompt(tokens, text, trailing)
 
-    def _read(self, choices: list[_Choice]) -> Iterator[tuple[_Choice, TokenEvent | None, str]]:
+    @overload
+    def _read(self, choices: list[_Choice]) -> Iterator[tuple[_Choice, TokenEvent | None, str]]: ...
+
+    @overload
+    def _read(self, choices: list[_Choice],
+              progress: bool) -> Iterator[tuple[_Choice, TokenEvent | PromptProgress | None, str]]: ...
+
+    def _read(self, choices: list[_Choice],
+              progress: bool = False) -> Iterator[tuple[_Choice, TokenEvent | PromptProgress | None, str]]:
         """Every choice's tokens as they arrive (one engine request per choice, read in turn): ``(choice,
         event, the text it releases)``; a choice's last item has no event and the text still held back, and
-        its ``finish`` is set by then."""
+        its ``finish`` is set by then.  With ``progress``, its requests' prompt progress reports too (no
+        text)."""
         scheduler = self._live_scheduler()
         for choice in choices:
             scheduler.submit(choice.request)
@@ -333,8 +348,11 @@ class CompletionAPI(LlamaBase):
         order = list(active)  # the requests to read from, rebuilt only when it changes
         try:
             while active:
-                request, event = scheduler.next_of(order)
+                request, event = scheduler.next_of(order, progress)
                 choice = active[request]
+                if isinstance(event, PromptProgress):
+                    yield choice, event, ""
+                    continue
                 hit = False
                 if event is not None:
                     text, hit = choice.feed(event)
@@ -390,15 +408,20 @@ class CompletionAPI(LlamaBase):
         yield chunk(choice, "", choice.finish, None, {"prompt_tokens": n_prompt, "completion_tokens": n_completion,
                                                      "total_tokens": n_prompt + n_completion})
 
-    def _completion_events(self, choices: list[_Choice], rules: LineLimits) -> Iterator[CompletionEvent]:
+    def _completion_events(self, choices: list[_Choice], rules: LineLimits,
+                           progress: bool) -> Iterator[CompletionEvent]:
         """llama-server's view of the same tokens (:meth:`completion_events`); ``rules`` (a template: each choice
-        has its own copy) may end a choice at a line, its request cancelled and the tokens read past it left out."""
+        has its own copy) may end a choice at a line, its request cancelled and the tokens read past it left out;
+        ``progress``: the prompts' progress reports too."""
         scheduler = self._live_scheduler()
         n_ctx = scheduler.ctx.n_ctx_seq
         watched = {c.index: attrs.evolve(rules) for c in choices} if rules.active else {}
         limited: dict[int, tuple[int, int]] = {}  # choice -> (characters taken back, tokens generated) at its limit
-        for choice, event, text in self._read(choices):
+        for choice, event, text in self._read(choices, progress):
             n_prompt = len(choice.prompt.tokens)
+            if isinstance(event, PromptProgress):
+                yield CompletionEvent(choice.index, None, "", n_prompt, progress=event)
+                continue
             request = choice.request
             now = time.perf_counter()
             first = request.first_token or now

@@ -14,6 +14,8 @@ from typing import Literal
 
 import attrs
 
+from .engine.request import PromptProgress
+
 #: why a choice ended, in llama-server's words: its end-of-generation token, the token limit (or the end of the
 #: context), a stop string, or none of these (a stopping criterion, an error)
 StopType = Literal["eos", "limit", "word", "none"]
@@ -42,7 +44,8 @@ class CompletionEnd:
 @attrs.frozen
 class CompletionEvent:
     """One generated token of choice ``index`` and the text it releases, or (``token`` None) the choice's end:
-    the text still held back then, and ``end``."""
+    the text still held back then, and ``end``; or, asked for with ``return_progress`` and before its first
+    token, how far its prompt's evaluation is (``progress``; no token, no text, no end)."""
 
     index: int
     token: int | None
@@ -56,6 +59,7 @@ class CompletionEvent:
     n_cached: int = 0
     prompt_ms: float = 0.0
     predicted_ms: float = 0.0
+    progress: PromptProgress | None = None
 
 
 @attrs.frozen

@@ -96,15 +96,16 @@ class NativeCompletionRequest(BaseModel):
     t_max_predict_ms: float = Field(-1, description="stop at a line break once generating has taken that long")
     t_max_prompt_ms: float = Field(-1, description="accepted and unused, as llama-server leaves it unused")
     id_slot: int = Field(-1, ge=-1, description="the engine sequence to run in, waiting for it (-1: any)")
+    return_progress: bool = Field(False, description="stream events with prompt_progress (total, cache, "
+                                                     "processed, time_ms) before the first token")
     # llama-server's fields this server does not implement: accepted at their neutral values only
     n_keep: int = 0
     n_discard: int = 0
     n_cache_reuse: int = 0
-    return_progress: bool = False
     lora: list[LoraEntry] | None = None
 
 
-_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "return_progress": False, "post_sampling_probs": False}
+_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "post_sampling_probs": False}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -236,7 +237,7 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
         grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
         n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
-        sequence=_sequence(body, llm))
+        sequence=_sequence(body, llm), return_progress=body.return_progress and body.stream)
 
 
 def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:
@@ -367,10 +368,22 @@ class NativeShaper:
             out["completion_probabilities"] = self.probs[index]
         return _filtered(out, self.body.response_fields) if self.body.response_fields else out
 
+    @staticmethod
+    def progress_event(event: CompletionEvent) -> dict[str, Any]:
+        """A streamed prompt progress report, as llama-server writes it (its ``tokens`` holds token 0)."""
+        progress = event.progress
+        assert progress is not None
+        return {"index": event.index, "content": "", "tokens": [0], "stop": False, "id_slot": -1,
+                "tokens_predicted": 0, "tokens_evaluated": event.n_prompt,
+                "prompt_progress": {"total": progress.total, "cache": progress.cached,
+                                    "processed": progress.processed, "time_ms": int(progress.ms)}}
+
     def stream_events(self, event: CompletionEvent) -> list[dict[str, Any]]:
-        """The SSE events of one event: a token's, or a choice's final object."""
+        """The SSE events of one event: a token's, a prompt progress report, or a choice's final object."""
         if event.token is not None:
             return [self.token_event(event)]
+        if event.progress is not None:
+            return [self.progress_event(event)]
         return [self.result(event, streamed=True)]
 
     def whole(self, events: Iterator[CompletionEvent]) -> dict[str, Any] | list[dict[str, Any]]:

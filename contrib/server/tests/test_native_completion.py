@@ -137,6 +137,45 @@ def test_timings_per_token_time_every_event_as_llama_servers(both: tuple[str, st
     assert ["timings" in e for e in without] == [False] * 6 + [True]
 
 
+LONG_PROMPT = ("Once upon a time there was a little girl who lived in a village near the forest, and every "
+               "morning she walked to the river")
+
+
+@pytest.fixture(scope="module")
+def small_batches(chat_model_path: Path) -> Iterator[tuple[str, str]]:
+    """(ours, llama-server's), one sequence each, batches of 16 tokens: a long prompt takes several decodes."""
+    with running(tiny_settings(chat_model_path, n_seq_max=1, n_batch=16, n_ubatch=16)) as ours, \
+            llama_server(chat_model_path, "-c", "2048", "-np", "1", "-b", "16", "-ub", "16", "--alias", "tiny") as theirs:
+        yield ours, theirs
+
+
+def progress_of(events: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    return [(e["prompt_progress"]["total"], e["prompt_progress"]["cache"], e["prompt_progress"]["processed"])
+            for e in events if "prompt_progress" in e]
+
+
+def test_return_progress_reports_each_chunk_of_the_prompt_as_llama_server(small_batches: tuple[str, str]) -> None:
+    body = {"prompt": LONG_PROMPT, "n_predict": 3, "temperature": 0, "return_progress": True}
+    (ours, _), (theirs, _) = (stream(base, body) for base in small_batches)
+    assert [shape(e) for e in ours] == [shape(e) for e in theirs]
+    assert [{k: v for k, v in e.items() if k != "prompt_progress"} for e in ours[:-1]] == \
+        [{k: v for k, v in e.items() if k != "prompt_progress"} for e in theirs[:-1]]
+    steps = progress_of(ours)
+    assert steps == progress_of(theirs)
+    total = steps[0][0]
+    assert total > 16 and steps[0][2] == 0 and steps[-1][2] == total and len(steps) == 1 + -(-total // 16)
+    assert [e["prompt_progress"]["time_ms"] for e in ours if "prompt_progress" in e] == \
+        sorted(e["prompt_progress"]["time_ms"] for e in ours if "prompt_progress" in e)
+    # the same prompt but its last word: the sequence's prefix is reused, and the report says so
+    again = {**body, "prompt": LONG_PROMPT[:-len("river")] + "sea"}
+    (ours, _), (theirs, _) = (stream(base, again) for base in small_batches)
+    assert progress_of(ours) == progress_of(theirs)
+    assert progress_of(ours)[0][1] > 16
+    # not streamed, and not asked: no reports, as llama-server
+    assert "prompt_progress" not in json.dumps(post(small_batches[0], body))
+    assert not progress_of(stream(small_batches[0], {**body, "return_progress": False})[0])
+
+
 CODE = "def f():\n    return 1\nx = 2\ny = 3\n"
 
 

@@ -27,7 +27,7 @@ from .choices import ChoiceGroup
 from .context import BatchBuilder, Context, RowMode
 from .ledger import Ledger, SequenceSnapshot
 from .model import Model
-from .request import Request, RequestState, TokenEvent
+from .request import PromptProgress, Request, RequestState, TokenEvent
 from .runner import ContextRunner, Decoded, Runner
 from .sampler import SequenceSampler
 from .scope import RequestScope
@@ -63,5 +63,6 @@ __all__ = [
     "Slot",
     "Step",
     "TickPlan",
+    "PromptProgress",
     "TokenEvent",
 ]

@@ -27,7 +27,7 @@ from .ledger import SequenceSnapshot, lookup_by_protocol
 from .media import next_chunk
 from .policy import Policy, Ticket
 from .prefix import common_prefix
-from .request import Request, RequestState, Suspended
+from .request import PromptProgress, Request, RequestState, Suspended
 from .slot import BatchRow, MediaRow, RowKind, Slot, TickPlan
 from .stats import Counters
 from .step import DraftWanted, Step
@@ -337,10 +337,12 @@ class Planner:
             slot.prefill_at = 0
         else:
             request.state = RequestState.PREFILL
-            slot.prefill_at = self._reuse_prefix(slot, request, leader)
+            slot.prefill_at = request.n_prompt_reused = self._reuse_prefix(slot, request, leader)
             self.counters.n_prompt_cached += slot.prefill_at
         if not request.started:
             request.started = time.perf_counter()
+            if request.report_progress and request.state == RequestState.PREFILL:
+                request.progress.append(PromptProgress(len(request.prompt), slot.prefill_at, slot.prefill_at, 0.0))
         slot.sampler, request.sampler = request.sampler, None  # the slot owns it from now on
 
     def _abandon_start(self, slot: Slot, request: Request, error: Exception) -> None:

@@ -35,6 +35,16 @@ class TokenEvent(NamedTuple):
     top: tuple[tuple[int, float], ...] = ()
 
 
+class PromptProgress(NamedTuple):
+    """How far a request's prompt is evaluated (llama-server's ``prompt_progress``): of its ``total`` tokens,
+    ``cached`` were in memory when it got its sequence and ``processed`` are now; ``ms`` since it got it."""
+
+    total: int
+    cached: int
+    processed: int
+    ms: float
+
+
 class Suspended(NamedTuple):
     """A request that gave its sequence up to a more urgent one: what it resumes from."""
 
@@ -76,6 +86,9 @@ class Request:
     is the :class:`.choices.ChoiceGroup` of the call that submitted it, when
     that call is one of several that make one response's choices: it waits
     for the group's other calls and may become the first one's fork.
+    ``report_progress`` asks for a :class:`PromptProgress` in ``progress``
+    when it gets its sequence and after each chunk of its prompt is decoded
+    (``Scheduler.next_of(..., progress=True)`` hands them out).
     """
 
     prompt: list[int]
@@ -96,11 +109,13 @@ class Request:
     media: Mapping[int, MediaChunk] = attrs.field(factory=dict)
     priority: int = 0
     tenant: str = ""
+    report_progress: bool = False
     # filled in by the engine
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: RequestState = RequestState.WAITING
     seq_id: int | None = None
     events: collections.deque[TokenEvent] = attrs.field(factory=collections.deque)
+    progress: collections.deque[PromptProgress] = attrs.field(factory=collections.deque)
     finish_reason: str | None = None
     error: BaseException | None = None
     cancelled: bool = False
@@ -112,6 +127,7 @@ class Request:
     eog_token: int | None = None  # the end-of-generation token it stopped at (never handed out as an event)
     stop_string: str | None = None  # the stop string that ended it, set by the reader that found it in the text
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
+    n_prompt_reused: int = 0  # prompt tokens its sequence held already when it got it (a reused prefix)
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
     ended: float = 0.0  # time.perf_counter() when it finished

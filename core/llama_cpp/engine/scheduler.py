@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, overload
 
 from .._adapters import Adapters
 from .checkpoints import HybridCheckpointCache
@@ -35,7 +35,7 @@ from .model import Model
 from .planner import Planner
 from .policy import Policy
 from .prefix_summary import BLOCK_TOKENS, MAX_HASHES, PrefixSummary, summarize
-from .request import Request, RequestState, TokenEvent
+from .request import PromptProgress, Request, RequestState, TokenEvent
 from .runner import ContextRunner, Decoded, Runner
 from .sampler import SequenceSampler, chain_context
 from .scope import current_scope
@@ -188,21 +188,31 @@ class Scheduler:
         """The request's next token (None once it has finished), running ticks while none is ready."""
         return self.next_of([request])[1]
 
-    def next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]:
+    @overload
+    def next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]: ...
+
+    @overload
+    def next_of(self, requests: Sequence[Request],
+                progress: bool) -> tuple[Request, TokenEvent | PromptProgress | None]: ...
+
+    def next_of(self, requests: Sequence[Request],
+                progress: bool = False) -> tuple[Request, TokenEvent | PromptProgress | None]:
         """The next token of the first of ``requests`` that has one, or a request that has finished
-        (with None); runs ticks while neither is ready.  A finished request's error is raised here.
+        (with None); runs ticks while neither is ready.  A finished request's error is raised here.  With
+        ``progress``, a request's :class:`.PromptProgress` reports (``Request.report_progress``) come first.
 
         A caller whose request has ended (or failed) computes nothing until its next one: its thread lets
         its OpenMP team go (:meth:`.Runner.caller_idle`), outside the engine's lock."""
-        outcome: tuple[Request, TokenEvent | None] | None = None
+        outcome: tuple[Request, TokenEvent | PromptProgress | None] | None = None
         try:
-            outcome = self._next_of(requests)
+            outcome = self._next_of(requests, progress)
             return outcome
         finally:
             if outcome is None or outcome[1] is None:
                 self.runner.caller_idle()
 
-    def _next_of(self, requests: Sequence[Request]) -> tuple[Request, TokenEvent | None]:
+    def _next_of(self, requests: Sequence[Request],
+                 progress: bool) -> tuple[Request, TokenEvent | PromptProgress | None]:
         mutex = self._mutex
         me = threading.get_ident()
         for request in requests:
@@ -210,6 +220,10 @@ class Scheduler:
                 request.owner = me
         with mutex:
             while True:
+                if progress:
+                    for request in requests:
+                        if request.progress:
+                            return request, request.progress.popleft()
                 for request in requests:
                     if request.events:  # the common case, inline: a token is waiting
                         return self._take_event(request, requests)

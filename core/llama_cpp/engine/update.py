@@ -19,7 +19,7 @@ import numpy as np
 from .context import DECODE_ABORTED, Context
 from .media import media_entries
 from .planner import Planner
-from .request import Request, RequestState, TokenEvent
+from .request import PromptProgress, Request, RequestState, TokenEvent
 from .runner import Decoded
 from .sampler import SequenceSampler, token_logprob
 from .slot import BatchRow, RowKind, Slot, TickPlan
@@ -28,14 +28,17 @@ from .step import Sampled, Step
 
 
 class Outcome:
-    """What one sequence's part of a tick amounts to: its new events, and how its request ends (if it does)."""
+    """What one sequence's part of a tick amounts to: its new events, and how its request ends (if it does);
+    or how far its prompt is (``progress``, for a request that asked)."""
 
-    __slots__ = ("events", "finish", "error")
+    __slots__ = ("events", "finish", "error", "progress")
 
-    def __init__(self, finish: str | None = None, error: BaseException | None = None) -> None:
+    def __init__(self, finish: str | None = None, error: BaseException | None = None,
+                 progress: PromptProgress | None = None) -> None:
         self.events: list[TokenEvent] = []
         self.finish = finish
         self.error = error
+        self.progress = progress
 
 
 class Update:
@@ -91,6 +94,8 @@ class Update:
             request.n_prompt_evaluated += len(fed)
             counters.n_prompt_tokens += len(fed)
             slot.prefill_at += len(fed)
+            if request.report_progress:
+                outcomes.append((slot, Outcome(progress=self._progress(slot, request))))
             if slot.prefill_at == len(request.prompt):
                 self._prompt_done(slot)
                 if request.max_tokens == 0:  # evaluate only (Llama.eval)
@@ -106,6 +111,8 @@ class Update:
             request = slot.request
             if request is None or request.cancelled:
                 continue
+            if outcome.progress is not None:
+                request.progress.append(outcome.progress)
             if outcome.events and not request.first_token:
                 request.first_token = time.perf_counter()
             request.events.extend(outcome.events)
@@ -128,6 +135,11 @@ class Update:
             request.n_prompt_evaluated += chunk.n_pos
             self.counters.n_prompt_tokens += chunk.n_tokens
             self.counters.n_media_evaluated += 1
+
+    @staticmethod
+    def _progress(slot: Slot, request: Request) -> PromptProgress:
+        return PromptProgress(len(request.prompt), request.n_prompt_reused, slot.prefill_at,
+                              (time.perf_counter() - request.started) * 1000.0)
 
     def _unasked(self, slot: Slot) -> None:
         """A row decoded ahead for a reader that stopped before it read the tokens before it: it leaves
