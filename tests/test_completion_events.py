@@ -131,3 +131,22 @@ def test_return_progress_reports_the_prompt_before_the_first_token(tiny_model_pa
         assert [(e.token, e.text) for e in events[len(reports):]] == [(e.token, e.text) for e in plain]
         with pytest.raises(TypeError, match="return_progress must be True or False"):
             llm.completion_events(PROMPT, return_progress="yes")  # type: ignore[arg-type]
+
+
+def test_post_sampling_probs_are_of_what_the_chain_left_and_sampling_is_unchanged(tiny: Llama) -> None:
+    import math
+
+    for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 11}):
+        plain = list(tiny.completion_events(PROMPT, max_tokens=8, logprobs=5, **sampling))
+        post = list(tiny.completion_events(PROMPT, max_tokens=8, logprobs=5, post_sampling_probs=True, **sampling))
+        assert [e.token for e in post] == [e.token for e in plain]  # the same tokens from the whole vocabulary
+        for event in post[:-1]:
+            assert event.logprob is not None and event.logprob <= event.top[0][1]
+            assert sum(math.exp(v) for _, v in event.top) <= 1.0 + 1e-5
+            if sampling["temperature"] == 0:
+                assert event.logprob == 0.0 and event.top == ((event.token, 0.0),)
+        if sampling["temperature"]:  # top-k 40, top-p 0.95 and min-p 0.05 leave a few, renormalized
+            assert any(len(e.top) > 1 for e in post[:-1])
+            assert all(max(v for _, v in e.top) >= max(v for _, v in p.top) for e, p in zip(post[:-1], plain[:-1]))
+    with pytest.raises(TypeError, match="post_sampling_probs must be True or False"):
+        tiny.completion_events(PROMPT, post_sampling_probs=1)  # type: ignore[arg-type]

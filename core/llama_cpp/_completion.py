@@ -241,7 +241,7 @@ class CompletionAPI(LlamaBase):
 
     def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
                           t_max_predict_ms: float = -1, sequence: int | None = None, return_progress: bool = False,
-                          **keywords: Any) -> Iterator[CompletionEvent]:
+                          post_sampling_probs: bool = False, **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
@@ -249,7 +249,9 @@ class CompletionAPI(LlamaBase):
         are llama-server's line rules for code completion (:mod:`llama_cpp.line_limits`); ``sequence`` runs
         each prompt's first choice in that engine sequence (llama-server's ``id_slot``), waiting for it;
         ``return_progress`` adds, before a choice's first token, events with ``progress`` (llama-server's
-        ``prompt_progress``): when its prompt gets a sequence, then after each chunk of it is decoded."""
+        ``prompt_progress``): when its prompt gets a sequence, then after each chunk of it is decoded;
+        ``post_sampling_probs`` makes ``logprobs``' values those of what the sampler chain left of the
+        candidates (every token is then sampled from the whole vocabulary), not the model's."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
@@ -258,11 +260,13 @@ class CompletionAPI(LlamaBase):
             raise ValueError(f"n_indent must be a whole number of spaces or tabs, 0 for no rule, got {n_indent!r}")
         bound = inspect.signature(CompletionAPI.create_completion).bind(self, prompt, **keywords)
         bound.apply_defaults()
-        if not isinstance(return_progress, bool):
-            raise TypeError(f"return_progress must be True or False, got {return_progress!r}")
+        for name, flag in (("return_progress", return_progress), ("post_sampling_probs", post_sampling_probs)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         choices, _ = self._completion_choices(bound.arguments, sequence)
         for choice in choices:
             choice.request.report_progress = return_progress
+            choice.request.post_sampling_probs = post_sampling_probs
         return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms), return_progress)
 
     def _completion_choices(self, call: Mapping[str, Any],

@@ -109,6 +109,16 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_top(struct llama_s
         struct llama_context * ctx, int32_t idx, int32_t n, const llama_token * bias_ids, const float * bias_values,
         int32_t n_bias);
 
+/* Samples as llama_sampler_sample does (every token of the vocabulary a candidate, the chain applied, its
+ * selected token accepted), and reports what the chain left: the n most probable candidates after it, by
+ * probability (ids and probs; fewer when fewer have a probability above 0), how many were written (*n_out)
+ * and the probability of the chosen token (*p_token): llama-server's post_sampling_probs.
+ *
+ * Returns the token; -1 when there are no logits at idx or n is negative; -2 when the chain failed. */
+LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_candidates(struct llama_sampler * chain,
+        struct llama_context * ctx, int32_t idx, int32_t n, llama_token * ids, float * probs, int32_t * n_out,
+        float * p_token);
+
 #ifdef __cplusplus
 }
 #endif

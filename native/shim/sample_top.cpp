@@ -157,3 +157,42 @@ extern "C" llama_token llama_cpp_native_sample_top(struct llama_sampler * chain,
         return -2;
     }
 }
+
+extern "C" llama_token llama_cpp_native_sample_candidates(struct llama_sampler * chain, struct llama_context * ctx,
+                                                          int32_t idx, int32_t n, llama_token * ids, float * probs,
+                                                          int32_t * n_out, float * p_token) {
+    try {
+        const float * logits = llama_get_logits_ith(ctx, idx);
+        const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+        if (logits == nullptr || n < 0) {
+            return -1;
+        }
+        thread_local std::vector<llama_token_data> candidates;
+        candidates.resize(n_vocab);
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            candidates[i] = llama_token_data{i, logits[i], 0.0f};
+        }
+        llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
+        llama_sampler_apply(chain, &cur);
+        if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
+            return -2;
+        }
+        const llama_token token = cur.data[cur.selected].id;
+        *p_token = cur.data[cur.selected].p;
+        llama_sampler_accept(chain, token);
+        // the n most probable of what the chain left, by probability, as llama-server sorts them
+        const size_t k = std::min((size_t) n, (size_t) cur.size);
+        std::partial_sort(cur.data, cur.data + k, cur.data + cur.size,
+                          [](const llama_token_data & a, const llama_token_data & b) { return a.p > b.p; });
+        int32_t written = 0;
+        for (size_t i = 0; i < k && cur.data[i].p != 0.0f; ++i) {
+            ids[written] = cur.data[i].id;
+            probs[written] = cur.data[i].p;
+            ++written;
+        }
+        *n_out = written;
+        return token;
+    } catch (...) {
+        return -2;
+    }
+}

@@ -12,6 +12,7 @@ with a 400 naming them when a request sets them to anything but their neutral va
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Union
 
 from llama_cpp.completion_events import CompletionEvent
@@ -56,7 +57,8 @@ class NativeCompletionRequest(BaseModel):
     response_fields: list[str] = Field(default_factory=list)
     stop: Union[str, list[str], None] = None
     n_probs: int = Field(0, ge=0, le=100)
-    post_sampling_probs: bool = False
+    post_sampling_probs: bool = Field(False, description="n_probs as probabilities (prob, top_probs) of what the "
+                                                         "sampler chain left, not the model's logprobs")
     n_cmpl: int = Field(1, ge=1, description="choices of each prompt (n is its alias)")
     n: int | None = Field(None, ge=1)
     seed: int = -1
@@ -105,7 +107,7 @@ class NativeCompletionRequest(BaseModel):
     lora: list[LoraEntry] | None = None
 
 
-_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0, "post_sampling_probs": False}
+_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -237,7 +239,8 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
         grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
         n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
-        sequence=_sequence(body, llm), return_progress=body.return_progress and body.stream)
+        sequence=_sequence(body, llm), return_progress=body.return_progress and body.stream,
+        post_sampling_probs=body.post_sampling_probs)
 
 
 def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:
@@ -322,7 +325,10 @@ class NativeShaper:
         return {"id": token, "token": raw.decode("utf-8", "ignore"), "bytes": list(raw)}
 
     def _probability(self, event: CompletionEvent) -> dict[str, Any]:
-        assert event.token is not None
+        assert event.token is not None and event.logprob is not None
+        if self.body.post_sampling_probs:  # probabilities, of what the sampler chain left
+            return {**self._piece(event.token), "prob": math.exp(event.logprob),
+                    "top_probs": [{**self._piece(t), "prob": math.exp(v)} for t, v in event.top]}
         return {**self._piece(event.token), "logprob": event.logprob,
                 "top_logprobs": [{**self._piece(t), "logprob": v} for t, v in event.top]}
 

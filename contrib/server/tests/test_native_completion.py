@@ -207,6 +207,26 @@ def test_token_probabilities_have_llama_servers_shape_and_tokens(both: tuple[str
         assert mine["logprob"] == pytest.approx(its["logprob"], abs=1e-3)
 
 
+@pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 0.8, "seed": 5}], ids=["greedy", "seeded"])
+def test_post_sampling_probs_are_what_the_chain_left_as_llama_servers(both: tuple[str, str],
+                                                                     sampling: dict[str, Any]) -> None:
+    body = {"prompt": PROMPT, "n_predict": 4, "n_probs": 3, "post_sampling_probs": True, **sampling}
+    ours, theirs = (post(base, body) for base in both)
+    assert ours["content"] == theirs["content"]
+    assert shape(ours["completion_probabilities"]) == shape(theirs["completion_probabilities"])
+    for mine, its in zip(ours["completion_probabilities"], theirs["completion_probabilities"], strict=True):
+        assert (mine["id"], mine["token"]) == (its["id"], its["token"])
+        assert mine["prob"] == pytest.approx(its["prob"], rel=1e-5)
+        assert [t["id"] for t in mine["top_probs"]] == [t["id"] for t in its["top_probs"]]
+        assert [t["prob"] for t in mine["top_probs"]] == pytest.approx([t["prob"] for t in its["top_probs"]], rel=1e-5)
+    if sampling["temperature"] == 0:  # the greedy chain leaves one token, certain
+        assert all(p["prob"] == 1.0 and len(p["top_probs"]) == 1 for p in ours["completion_probabilities"])
+    else:  # the chain's top-k, top-p and min-p leave a few, whose probabilities are no longer the model's
+        assert any(len(p["top_probs"]) > 1 for p in ours["completion_probabilities"])
+    (streamed, _), (their_stream, _) = (stream(base, body) for base in both)
+    assert [shape(e) for e in streamed] == [shape(e) for e in their_stream]
+
+
 def test_response_fields_keep_only_those_paths(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": 3, "temperature": 0,
             "response_fields": ["content", "generation_settings/n_predict", "no/such"]}
@@ -220,6 +240,7 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
                         ({"prompt": PROMPT, "samplers": ["top_k", "no_such"]}, "samplers"),
                         ({"prompt": PROMPT, "logit_bias": [[10**9, 1.0]]}, "logit_bias"),
                         ({"prompt": PROMPT, "n_keep": 4}, "n_keep"),
+                        ({"prompt": PROMPT, "post_sampling_probs": "often"}, "post_sampling_probs"),
                         ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
                         ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),
                         ({"prompt": []}, "prompt")):

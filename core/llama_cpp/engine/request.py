@@ -99,6 +99,9 @@ class Request:
     logits_processor: Callable[..., Any] | None = None
     stopping_criteria: Callable[..., bool] | None = None
     logprobs: int | None = None  # how many top alternatives to report per token (None: no logprobs)
+    # the logprobs are those of what the sampler chain left, not of the model's distribution (llama-server's
+    # post_sampling_probs)
+    post_sampling_probs: bool = False
     keep_prompt_logits: bool = False  # echo with logits_all: hand the prompt's logits rows over
     keep_scores: bool = True  # with logits_all, keep the rows in the ledger (eval(copy_logits=False) does not)
     read_ahead: int = 8

@@ -81,12 +81,17 @@ class SequenceSampler:
     """
 
     __slots__ = ("params", "chain", "_argmax", "_bias_ids", "_bias_values", "_banned", "_finite", "_processor",
-                 "_stop", "_top_n", "_top_bias", "history")
+                 "_stop", "_top_n", "_top_bias", "history", "_kept_n", "kept")
 
     def __init__(self, params: SamplingParams, chain_context: ChainContext, prompt: Sequence[int],
                  logits_processor: Callable[..., Any] | None = None,
-                 stopping_criteria: Callable[..., bool] | None = None) -> None:
+                 stopping_criteria: Callable[..., bool] | None = None, kept: int | None = None) -> None:
+        """``kept``: report, for every token sampled, what the chain left (:attr:`kept`, by batch row): the
+        token's log-probability after the chain and the ``kept`` most probable candidates with theirs
+        (llama-server's ``post_sampling_probs``)."""
         self.params = params
+        self._kept_n = kept
+        self.kept: dict[int, tuple[float, tuple[tuple[int, float], ...]]] = {}
         self.chain = SamplerChain(chain_context)
         self._processor = logits_processor
         self._stop = stopping_criteria
@@ -119,6 +124,8 @@ class SequenceSampler:
             edited = self._processor(self.history.view(), view)
             if edited is not view and edited is not None:
                 view[:] = edited
+        if self._kept_n is not None:
+            return self._sample_reporting(ctx, row, self._kept_n), raw
         if self._argmax:
             return self._biased_argmax(ctx.logits_row(row)), None
         if self._top_n:
@@ -128,6 +135,27 @@ class SequenceSampler:
             if token == -2:
                 raise RuntimeError("the sampler chain failed on the candidates of its top-k")
         return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row), raw
+
+    def _sample_reporting(self, ctx: Context, row: int, n: int) -> int:
+        """Sample from every candidate and keep, under ``row``, what the chain left of them (``kept``).  The
+        argmax chain leaves its one token, certain (llama.cpp's greedy sampler computes no probabilities; a
+        zero temperature followed by a distribution, llama-server's greedy chain, gives that token 1)."""
+        if self._argmax:
+            token = self._biased_argmax(ctx.logits_row(row))
+            self.kept[row] = (0.0, ((token, 0.0),) if n else ())
+            return token
+        ids = np.empty(n, dtype=np.int32)
+        probs = np.empty(n, dtype=np.float32)
+        n_out, p_token = ffi.new("int32_t *"), ffi.new("float *")
+        token = lib.llama_cpp_native_sample_candidates(self.chain.ptr, ctx.ptr, row, n, ffi.from_buffer(
+            "llama_token[]", ids), ffi.from_buffer("float[]", probs), n_out, p_token)
+        if token < 0:
+            raise RuntimeError(f"the sampler chain failed on the candidates of output {row}")
+        with np.errstate(divide="ignore"):
+            logs = np.log(probs[:n_out[0]].astype(np.float64))
+            self.kept[row] = (float(np.log(np.float64(p_token[0]))),
+                              tuple(zip(ids[:n_out[0]].tolist(), logs.tolist())))
+        return int(token)
 
     def _biased_argmax(self, row: np.ndarray) -> int:
         best = int(row.argmax())

@@ -182,7 +182,8 @@ class Scheduler:
         if request.media:
             history = text_only(history)
         chain = chain_context(self.model, self.ctx.n_ctx_seq, request.params, history)
-        return SequenceSampler(request.params, chain, history, request.logits_processor, request.stopping_criteria)
+        return SequenceSampler(request.params, chain, history, request.logits_processor, request.stopping_criteria,
+                               kept=request.logprobs if request.post_sampling_probs else None)
 
     def next_event(self, request: Request) -> TokenEvent | None:
         """The request's next token (None once it has finished), running ticks while none is ready."""

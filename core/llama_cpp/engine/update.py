@@ -255,7 +255,8 @@ class Update:
                     return outcome
             if request.logprobs is not None:
                 assert row is not None  # asking for logprobs wants the row
-                value, top = token_logprob(row, token, request.logprobs)
+                value, top = sampler.kept[row_index] if request.post_sampling_probs else \
+                    token_logprob(row, token, request.logprobs)
                 outcome.events.append(TokenEvent(token, value, top))
             else:
                 outcome.events.append(TokenEvent(token))
