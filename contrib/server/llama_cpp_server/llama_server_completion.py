@@ -100,14 +100,16 @@ class NativeCompletionRequest(BaseModel):
     id_slot: int = Field(-1, ge=-1, description="the engine sequence to run in, waiting for it (-1: any)")
     return_progress: bool = Field(False, description="stream events with prompt_progress (total, cache, "
                                                      "processed, time_ms) before the first token")
+    # what llama-server's context shift keeps and drops (its --context-shift, off by default): a completion here
+    # stops at the end of the context, as there without the flag, so they change nothing (docs/server.md)
+    n_keep: int = Field(0, ge=-1, description="tokens kept when the context shifts (-1: the prompt); no shift here")
+    n_discard: int = Field(0, ge=0, description="tokens dropped when the context shifts (0: half); no shift here")
     # llama-server's fields this server does not implement: accepted at their neutral values only
-    n_keep: int = 0
-    n_discard: int = 0
     n_cache_reuse: int = 0
     lora: list[LoraEntry] | None = None
 
 
-_NOT_YET = {"n_keep": 0, "n_discard": 0, "n_cache_reuse": 0}
+_NOT_YET = {"n_cache_reuse": 0}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:

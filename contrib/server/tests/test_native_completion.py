@@ -227,6 +227,16 @@ def test_post_sampling_probs_are_what_the_chain_left_as_llama_servers(both: tupl
     assert [shape(e) for e in streamed] == [shape(e) for e in their_stream]
 
 
+def test_n_keep_and_n_discard_change_nothing_without_a_context_shift_as_llama_servers(both: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "n_predict": -1, "temperature": 0, "n_keep": -1, "n_discard": 8}
+    ours, theirs = (post(base, body) for base in both)
+    plain = post(both[0], {**body, "n_keep": 0, "n_discard": 0})
+    same(ours, theirs, "content", "tokens_predicted", "truncated", "stop_type")
+    assert ours["content"] == plain["content"] and ours["truncated"]  # ran to the end of the context, unshifted
+    for key in ("n_keep", "n_discard"):
+        assert ours["generation_settings"][key] == theirs["generation_settings"][key] == body[key]
+
+
 def test_response_fields_keep_only_those_paths(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": 3, "temperature": 0,
             "response_fields": ["content", "generation_settings/n_predict", "no/such"]}
@@ -239,7 +249,9 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
     for body, field in (({"prompt": PROMPT, "n_predict": -2}, "n_predict"),
                         ({"prompt": PROMPT, "samplers": ["top_k", "no_such"]}, "samplers"),
                         ({"prompt": PROMPT, "logit_bias": [[10**9, 1.0]]}, "logit_bias"),
-                        ({"prompt": PROMPT, "n_keep": 4}, "n_keep"),
+                        ({"prompt": PROMPT, "n_keep": -2}, "n_keep"),
+                        ({"prompt": PROMPT, "n_discard": -1}, "n_discard"),
+                        ({"prompt": PROMPT, "n_cache_reuse": 4}, "n_cache_reuse"),
                         ({"prompt": PROMPT, "post_sampling_probs": "often"}, "post_sampling_probs"),
                         ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
                         ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),
