@@ -150,3 +150,15 @@ def test_post_sampling_probs_are_of_what_the_chain_left_and_sampling_is_unchange
             assert all(max(v for _, v in e.top) >= max(v for _, v in p.top) for e, p in zip(post[:-1], plain[:-1]))
     with pytest.raises(TypeError, match="post_sampling_probs must be True or False"):
         tiny.completion_events(PROMPT, post_sampling_probs=1)  # type: ignore[arg-type]
+
+
+def test_n_cache_reuse_evaluates_only_what_no_held_run_covers(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), n_ctx=256, n_threads=1, verbose=False) as llm:
+        first = [1, *range(2000, 2040)]
+        later = first[:10] + first[20:]
+        list(llm.completion_events(first, max_tokens=2, temperature=0))
+        end = list(llm.completion_events(later, max_tokens=2, temperature=0, n_cache_reuse=4))[-1].end
+        assert end is not None and end.n_cached == len(later) - 1  # the run after the gap moved into place
+        assert llm.input_ids[:len(later)].tolist() == later
+        with pytest.raises(ValueError, match="n_cache_reuse must be a number of tokens"):
+            llm.completion_events(later, n_cache_reuse=-1)

@@ -66,7 +66,7 @@ class FakeContext:
     def seq_cp(self, src: int, dst: int) -> None:
         self.memory[dst] = list(self.memory[src])
 
-    def seq_shift(self, seq_id: int, p0: int, delta: int) -> None:
+    def seq_shift(self, seq_id: int, p0: int, delta: int, p1: int = -1) -> None:
         pass  # the list closes the gap seq_rm left
 
     def can_shift(self) -> bool:

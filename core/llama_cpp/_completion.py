@@ -241,7 +241,8 @@ class CompletionAPI(LlamaBase):
 
     def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
                           t_max_predict_ms: float = -1, sequence: int | None = None, return_progress: bool = False,
-                          post_sampling_probs: bool = False, **keywords: Any) -> Iterator[CompletionEvent]:
+                          post_sampling_probs: bool = False, n_cache_reuse: int = 0,
+                          **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
@@ -251,7 +252,10 @@ class CompletionAPI(LlamaBase):
         ``return_progress`` adds, before a choice's first token, events with ``progress`` (llama-server's
         ``prompt_progress``): when its prompt gets a sequence, then after each chunk of it is decoded;
         ``post_sampling_probs`` makes ``logprobs``' values those of what the sampler chain left of the
-        candidates (every token is then sampled from the whole vocabulary), not the model's."""
+        candidates (every token is then sampled from the whole vocabulary), not the model's;
+        ``n_cache_reuse`` (llama-server's): after the prefix a prompt shares with what its sequence holds,
+        runs of at least that many held tokens that the prompt goes on with are moved into place (their
+        positions shifted) instead of evaluated again, the held tokens the prompt skips dropped."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
@@ -263,10 +267,13 @@ class CompletionAPI(LlamaBase):
         for name, flag in (("return_progress", return_progress), ("post_sampling_probs", post_sampling_probs)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
+        if isinstance(n_cache_reuse, bool) or not isinstance(n_cache_reuse, int) or n_cache_reuse < 0:
+            raise ValueError(f"n_cache_reuse must be a number of tokens, 0 for none, got {n_cache_reuse!r}")
         choices, _ = self._completion_choices(bound.arguments, sequence)
         for choice in choices:
             choice.request.report_progress = return_progress
             choice.request.post_sampling_probs = post_sampling_probs
+            choice.request.cache_reuse = n_cache_reuse
         return self._completion_events(choices, LineLimits(n_indent, t_max_predict_ms), return_progress)
 
     def _completion_choices(self, call: Mapping[str, Any],

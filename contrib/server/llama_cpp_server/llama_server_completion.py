@@ -104,12 +104,9 @@ class NativeCompletionRequest(BaseModel):
     # stops at the end of the context, as there without the flag, so they change nothing (docs/server.md)
     n_keep: int = Field(0, ge=-1, description="tokens kept when the context shifts (-1: the prompt); no shift here")
     n_discard: int = Field(0, ge=0, description="tokens dropped when the context shifts (0: half); no shift here")
-    # llama-server's fields this server does not implement: accepted at their neutral values only
-    n_cache_reuse: int = 0
+    n_cache_reuse: int = Field(0, ge=0, description="after the prefix the prompt shares with its sequence, runs of "
+                                                     "at least this many held tokens moved into place, not evaluated")
     lora: list[LoraEntry] | None = None
-
-
-_NOT_YET = {"n_cache_reuse": 0}
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -120,13 +117,6 @@ def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSet
               "top_p": server.default_top_p, "min_p": server.default_min_p, "n_predict": server.default_max_tokens}
     unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
     return body.model_copy(update=unset) if unset else body
-
-
-def _refuse_unimplemented(body: NativeCompletionRequest) -> None:
-    for name, neutral in _NOT_YET.items():
-        if getattr(body, name) != neutral:
-            raise APIError(400, f"{name}: this server does not implement it yet (leave it at {neutral!r}); "
-                           "docs/server.md lists llama-server's fields and what each does here", param=name)
 
 
 def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
@@ -214,7 +204,6 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
                      active_loras: list[dict[str, Any]]) -> dict[str, Any]:
     """:meth:`Llama.completion_events`'s keywords for a ``/completion`` body; ``active_loras`` the adapters it
     runs under (:meth:`.llama_server_lora.LoraTable.active_loras`)."""
-    _refuse_unimplemented(body)
     n_predict = _n_predict(body)
     grammar = None
     try:
@@ -242,7 +231,7 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
         n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
         sequence=_sequence(body, llm), return_progress=body.return_progress and body.stream,
-        post_sampling_probs=body.post_sampling_probs)
+        post_sampling_probs=body.post_sampling_probs, n_cache_reuse=body.n_cache_reuse)
 
 
 def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:

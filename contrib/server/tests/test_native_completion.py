@@ -237,6 +237,23 @@ def test_n_keep_and_n_discard_change_nothing_without_a_context_shift_as_llama_se
         assert ours["generation_settings"][key] == theirs["generation_settings"][key] == body[key]
 
 
+def test_n_cache_reuse_moves_held_runs_into_place_as_llama_servers(both: tuple[str, str]) -> None:
+    """The prompt drops a stretch of what the sequence holds (an editor's ring of context chunks does): the
+    runs after it are shifted into place, not evaluated again, and the text is the same as llama-server's."""
+    first = [1, *range(1000, 1060)]
+    later = first[:12] + first[30:]  # 18 held tokens skipped
+    for base in both:
+        post(base, {"prompt": first, "n_predict": 4, "temperature": 0})
+    reused = [post(base, {"prompt": later, "n_predict": 8, "temperature": 0, "n_cache_reuse": 4}) for base in both]
+    same(reused[0], reused[1], "content", "tokens_predicted")
+    assert reused[0]["timings"]["cache_n"] == reused[1]["timings"]["cache_n"] == len(later) - 1
+    assert reused[0]["timings"]["prompt_n"] == reused[1]["timings"]["prompt_n"] == 1
+    # without it, only the shared prefix is reused here (llama-server would restore its RAM prompt cache's
+    # state of the request above instead, which this server's default, no prompt cache, has not)
+    post(both[0], {"prompt": first, "n_predict": 4, "temperature": 0})
+    assert post(both[0], {"prompt": later, "n_predict": 8, "temperature": 0})["timings"]["cache_n"] == 12
+
+
 def test_response_fields_keep_only_those_paths(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": 3, "temperature": 0,
             "response_fields": ["content", "generation_settings/n_predict", "no/such"]}
@@ -251,7 +268,7 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
                         ({"prompt": PROMPT, "logit_bias": [[10**9, 1.0]]}, "logit_bias"),
                         ({"prompt": PROMPT, "n_keep": -2}, "n_keep"),
                         ({"prompt": PROMPT, "n_discard": -1}, "n_discard"),
-                        ({"prompt": PROMPT, "n_cache_reuse": 4}, "n_cache_reuse"),
+                        ({"prompt": PROMPT, "n_cache_reuse": -1}, "n_cache_reuse"),
                         ({"prompt": PROMPT, "post_sampling_probs": "often"}, "post_sampling_probs"),
                         ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
                         ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),

@@ -206,8 +206,9 @@ class Context:
     def seq_cp(self, src: int, dst: int) -> None:
         lib.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
 
-    def seq_shift(self, seq_id: int, p0: int, delta: int) -> None:
-        lib.llama_memory_seq_add(self.mem, seq_id, p0, -1, delta)
+    def seq_shift(self, seq_id: int, p0: int, delta: int, p1: int = -1) -> None:
+        """Move the positions ``p0..p1`` (-1: to the end) of a sequence by ``delta``."""
+        lib.llama_memory_seq_add(self.mem, seq_id, p0, p1, delta)
 
     def can_shift(self) -> bool:
         return bool(lib.llama_memory_can_shift(self.mem))

@@ -137,6 +137,35 @@ class Ledger:
         if self.checkpoints and self.checkpoints[-1].n_tokens > n:
             self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n]
 
+    def reuse_chunks(self, ctx: Context, prompt: Sequence[int], start: int, min_chunk: int) -> int:
+        """llama-server's ``n_cache_reuse``: after the first ``start`` tokens (the prefix both share), every run
+        of at least ``min_chunk`` held tokens that the prompt goes on with moves into place (its positions
+        shifted in memory) and the held tokens the prompt skips before it leave; returns how many of the
+        prompt's first tokens the sequence then holds (the held tokens after them are ``truncate``'s).
+        Only for a memory that can shift positions, of tokens alone, without kept logits
+        (:meth:`can_reuse_chunks`)."""
+        held = self.tokens
+        head_c = head_p = start
+        while head_c < len(held) and head_p < len(prompt):
+            n = 0
+            while head_c + n < len(held) and head_p + n < len(prompt) and held[head_c + n] == prompt[head_p + n]:
+                n += 1
+            if n < min_chunk:
+                head_c += 1
+                continue
+            ctx.seq_rm(self.seq_id, head_p, head_c)
+            ctx.seq_shift(self.seq_id, head_c, head_p - head_c, head_c + n)
+            held[head_p:head_p + n] = held[head_c:head_c + n]
+            head_c += n
+            head_p += n
+        return head_p
+
+    def can_reuse_chunks(self, ctx: Context, prompt: Sequence[int]) -> bool:
+        """Whether :meth:`reuse_chunks` may move this sequence's tokens for ``prompt``: positions that can
+        shift (no recurrent state, no sliding window), no media entries, no logits rows kept beside them."""
+        return (ctx.can_shift() and ctx.window == 0 and not ctx.recurrent and self.scores is None
+                and not self.checkpoints and min(self.tokens, default=0) >= 0 and min(prompt, default=0) >= 0)
+
     def reachable(self, n: int, ctx: Context) -> int:
         """How many of the first ``n`` tokens ``truncate(ctx, n)`` can be expected to keep: all of them, or
         on a recurrent memory only up to a checkpoint (a pruned window is found out by ``truncate``)."""

@@ -412,6 +412,9 @@ class Planner:
                 copied = True
             except ValueError:  # not a state of this context: start from what the sequence holds
                 prefix = 0
+        if request.cache_reuse > 0 and ledger.adapters == request.adapter_key and \
+                ledger.can_reuse_chunks(ctx, prompt):
+            prefix = min(ledger.reuse_chunks(ctx, prompt, prefix, request.cache_reuse), len(prompt) - 1)
         kept = ledger.truncate(ctx, prefix) if prefix > 0 else 0
         if kept == 0:
             ledger.clear(ctx)

@@ -113,6 +113,9 @@ class Request:
     priority: int = 0
     tenant: str = ""
     report_progress: bool = False
+    # llama-server's n_cache_reuse: runs of at least this many tokens its sequence holds after the shared
+    # prefix are moved into place instead of evaluated again (0: only the prefix is reused)
+    cache_reuse: int = 0
     # filled in by the engine
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: RequestState = RequestState.WAITING
