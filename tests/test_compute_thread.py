@@ -215,10 +215,12 @@ with Llama(sys.argv[1], n_ctx=512, n_seq_max=2, n_threads=2, verbose=False) as l
     llm.create_completion("Hello", max_tokens=4, temperature=0.0)
     after_one = process_threads()
     during = []
+    finished = []
 
     def stream():
         for _ in llm.create_completion("Hello there", max_tokens=48, temperature=0.0, stream=True):
-            during.append(process_threads())
+            during.append((process_threads(), not finished))
+        finished.append(True)
 
     threads = [threading.Thread(target=stream) for _ in range(2)]
     for t in threads:
@@ -239,12 +241,14 @@ def test_one_openmp_team_at_a_time_in_the_process(tiny_model_path: Path) -> None
                           text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    before, during = counts["before"], counts["during"]
+    before = counts["before"]
     assert counts["after_one"] == before  # my team (one worker beside me) ended with my request
-    # the two callers, the compute thread and its one worker; at most one more while a caller's first
-    # calls run on its own thread before the other arrives.  A team that lingers idle would be there in most
-    # samples; a team on its way out (a caller's, as its calls go to the compute thread) shows in a few, more
-    # often where tokens come fast: nine in ten of the later samples must be at the bound
-    later = sorted(during[len(during) // 2:])
-    assert later[len(later) * 9 // 10 - 1] <= before + 4, during
-    assert max(during) >= before + 3  # the streams did run with a team of two threads
+    # While both streams run: the two callers, the compute thread and its one worker.  A team that lingered
+    # idle would be there in most samples; a team on its way in or out (a caller's, while the calls move
+    # between its thread and the compute thread: after 16 calls in a row from one caller they go back to it)
+    # shows in a few, in bursts of a few samples where tokens come fast: at most a quarter of the later
+    # samples may be over the bound.  (After one stream ends, the other's calls move back to its own thread.)
+    together = [n for n, both_running in counts["during"] if both_running]
+    later = together[len(together) // 2:]
+    assert sum(n > before + 4 for n in later) <= len(later) // 4, together
+    assert max(together) >= before + 3  # the streams did run with a team of two threads
