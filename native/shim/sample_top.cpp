@@ -92,6 +92,18 @@ static void at_least(const float * logits, int32_t n_vocab, const std::vector<fl
                        [](const llama_token_data & x, const llama_token_data & y) { return x.id < y.id; });
 }
 
+// Apply the chain to `cur` and accept the token it selects into it: that token, or -2 when the chain selected
+// none (what llama_sampler_sample does after it has made its candidates).
+static llama_token choose(struct llama_sampler * chain, llama_token_data_array & cur) {
+    llama_sampler_apply(chain, &cur);
+    if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
+        return -2;
+    }
+    const llama_token token = cur.data[cur.selected].id;
+    llama_sampler_accept(chain, token);
+    return token;
+}
+
 extern "C" llama_token llama_cpp_native_sample_top(struct llama_sampler * chain, struct llama_context * ctx,
                                                    int32_t idx, int32_t n, const llama_token * bias_ids,
                                                    const float * bias_values, int32_t n_bias) {
@@ -146,13 +158,7 @@ extern "C" llama_token llama_cpp_native_sample_top(struct llama_sampler * chain,
         }
 
         llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
-        llama_sampler_apply(chain, &cur);
-        if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
-            return -2;
-        }
-        const llama_token token = cur.data[cur.selected].id;
-        llama_sampler_accept(chain, token);
-        return token;
+        return choose(chain, cur);
     } catch (...) {
         return -2;
     }
@@ -173,13 +179,11 @@ extern "C" llama_token llama_cpp_native_sample_candidates(struct llama_sampler *
             candidates[i] = llama_token_data{i, logits[i], 0.0f};
         }
         llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
-        llama_sampler_apply(chain, &cur);
-        if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
-            return -2;
+        const llama_token token = choose(chain, cur);
+        if (token < 0) {
+            return token;
         }
-        const llama_token token = cur.data[cur.selected].id;
         *p_token = cur.data[cur.selected].p;
-        llama_sampler_accept(chain, token);
         // the n most probable of what the chain left, by probability, as llama-server sorts them
         const size_t k = std::min((size_t) n, (size_t) cur.size);
         std::partial_sort(cur.data, cur.data + k, cur.data + cur.size,
