@@ -124,6 +124,21 @@ class LlamaServer:
         """The app Serve runs (its lifespan, which closes the model pool at shutdown, included)."""
         return self.server_app
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Ray Serve's routing statistics of this replica (its controller polls this; a request router reads
+        them as ``RunningReplica.routing_stats``): what each loaded model's engine can reuse, as ``GET
+        /prefixes`` answers it (chained block hashes, docs/server.md), so that a router can send a prompt
+        where its prefix already is.  A sleeping model is not woken for it, and one unloaded meanwhile is
+        left out."""
+        prefixes = []
+        for served in self.server_app.state.pool.loaded:
+            try:
+                summary = served.llama.prefix_summary()
+            except RuntimeError:  # closed since the list was taken (unloaded, put to sleep)
+                continue
+            prefixes.append({"name": served.name, **summary.to_json()})
+        return {"prefixes": prefixes}
+
     async def check_health(self) -> None:
         """Serve's health check: the app's own ``/health`` route, which fails while the model is not ready or
         after it failed; Serve replaces a replica whose checks keep failing."""

@@ -121,6 +121,29 @@ def test_concurrent_requests_spread_over_both_replicas(proxy: str) -> None:
     assert len({r.headers[REPLICA_HEADER] for r in responses}) == 2
 
 
+def test_each_replica_reports_its_prefixes_as_routing_stats(proxy: str) -> None:
+    """``record_routing_stats``, which Serve's controller polls: a replica's loaded models and what their
+    engines hold, as the replica's own ``GET /prefixes`` answers it."""
+    response = httpx.post(f"{proxy}/v1/chat/completions", json=chat("a prefix worth routing by " * 20, 4),
+                          timeout=60)
+    assert response.status_code == 200, response.text
+    handle = serve.get_deployment_handle("llama_cpp_server", app_name="tiny")
+    reports = [handle.record_routing_stats.remote().result(timeout_s=60) for _ in range(8)]
+    for report in reports:
+        assert [entry["name"] for entry in report["prefixes"]] == ["tiny"]
+        entry = report["prefixes"][0]
+        assert entry["block_tokens"] == 32 and all(isinstance(h, str) for h in entry["hashes"])
+    # the replica that answered holds the chat's prompt: a replica's report equals its /prefixes
+    held = max(reports, key=lambda r: len(r["prefixes"][0]["hashes"]))["prefixes"][0]
+    assert len(held["hashes"]) >= 2
+    for _ in range(50):
+        answer = httpx.get(f"{proxy}/prefixes", timeout=10)
+        if answer.json()["hashes"] == held["hashes"]:
+            break
+    else:
+        raise AssertionError("no replica's /prefixes matched its routing stats")
+
+
 def test_stream_arrives_whole_and_as_it_is_made(proxy: str) -> None:
     pieces, raw = 0, b""
     with httpx.stream("POST", f"{proxy}/v1/chat/completions", json=chat("tell me", 100, stream=True),
