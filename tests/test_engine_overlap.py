@@ -153,6 +153,7 @@ def test_concurrent_streams_equal_their_solo_runs(tiny_model_path: Path) -> None
     with Llama(str(tiny_model_path), n_ctx=1024, verbose=False) as llm:
         solo_texts = [_streamed(llm, p, max_tokens=24, temperature=0) for p in prompts]
     with Llama(str(tiny_model_path), n_ctx=1024, n_seq_max=4, overlap_decode=True, verbose=False) as llm:
+        assert llm.scheduler.overlap
         texts: dict[int, str] = {}
 
         def read(i: int) -> None:

@@ -6,8 +6,8 @@ The request is mapped onto :meth:`Llama.completion_events` (the same engine requ
 OpenAI routes); the events are shaped as llama-server writes them (keys in its order; a stream of one event per
 generated token, end-of-generation token included, then the final object; no ``[DONE]``).
 
-Where this differs from llama-server, docs/server.md says so; fields this server cannot honour yet are refused
-with a 400 naming them when a request sets them to anything but their neutral value.
+Where this differs from llama-server, docs/server.md says so (``n_keep`` and ``n_discard``, say, change nothing:
+a completion here never shifts its context, as llama-server's does not without ``--context-shift``).
 """
 
 from __future__ import annotations
