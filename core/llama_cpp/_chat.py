@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 
-from . import _chat_reasoning
+from . import _chat_reasoning, cache_breakpoints
 from ._chat_handlers import GGUF_TEMPLATE_FORMAT
 from ._llama_base import LlamaBase
 from .llama_chat_format import (ChatFormatterResponse, ChatPromptRenderer, LlamaChatCompletionHandlerNotFoundException,
                                 get_chat_completion_handler)
 from .chat_messages import normalize_messages
-from .engine.normalize import check_tools
+from .engine.normalize import check_tools, text_prompt_tokens
 from .engine.policy import tagged
 from .preserved_tokens import control_tokens_of, preserving
 from .sampling import SamplingParams, sampling_arguments
@@ -137,6 +137,9 @@ class ChatAPI(LlamaBase):
         """
         messages = normalize_messages(messages)
         check_tools(tools, functions)
+        marks = cache_breakpoints.marks_of(messages, tools)
+        if marks:  # the marks are not the template's to render (llama-server drops them too)
+            messages, tools = cache_breakpoints.unmarked(messages, tools)
         sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
         handler, extra_request = self._resolve_chat_handler()
         template_kwargs = _chat_reasoning.template_variables(
@@ -163,6 +166,7 @@ class ChatAPI(LlamaBase):
             except NotImplementedError:
                 return None
 
+        pins = self._prompt_pins(messages, request, marks) if marks else ()
         fmt, markers = _chat_reasoning.plan(self, reasoning_format, render, reasoning_budget >= 0)
         if markers is not None:
             _chat_reasoning.budget_markers(request, markers)
@@ -173,13 +177,33 @@ class ChatAPI(LlamaBase):
         # a family whose markers are control tokens: the reply keeps their text, for the split to find them
         kept = control_tokens_of(self, (markers.start, markers.end, markers.content_start)) \
             if markers is not None and fmt != "none" else frozenset()
-        with tagged(priority, tenant), preserving(kept):
+        with tagged(priority, tenant), preserving(kept), cache_breakpoints.pinning(pins):
             result = handler(llama=self, messages=messages, **request)
         if markers is None or fmt == "none":
             return result
         if isinstance(result, dict):
             return _chat_reasoning.split_completion(result, markers)
         return _chat_reasoning.split_chunks(result, markers)
+
+    def _prompt_pins(self, messages: list[dict[str, Any]], request: dict[str, Any],
+                     marks: list[Any]) -> tuple[cache_breakpoints.PromptPin, ...]:
+        """The prompt prefixes that end at the conversation's ``cache_control`` marks (none when the handler
+        cannot render alone), for the requests the handler makes (:mod:`llama_cpp.cache_breakpoints`)."""
+        def render(conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[str, bool]:
+            rendered = self.render_chat_prompt(
+                conversation, functions=request["functions"], function_call=request["function_call"], tools=tools,
+                tool_choice=request["tool_choice"], assistant_prefill=request["assistant_prefill"],
+                add_generation_prompt=request["add_generation_prompt"],
+                chat_template_kwargs=request["chat_template_kwargs"])
+            return rendered.prompt, bool(rendered.added_special)
+
+        def tokenize(text: str, begins_with_bos: bool) -> list[int]:
+            return text_prompt_tokens(self, text, starts_with_bos=begins_with_bos)
+
+        try:
+            return cache_breakpoints.locate(render, tokenize, messages, request["tools"], marks)
+        except NotImplementedError:
+            return ()
 
     def render_chat_prompt(
         self,
@@ -199,6 +223,8 @@ class ChatAPI(LlamaBase):
         :class:`llama_cpp.llama_chat_format.ChatPromptRenderer`) is a ``NotImplementedError`` naming it."""
         messages = normalize_messages(messages)
         check_tools(tools, functions)
+        if cache_breakpoints.marks_of(messages, tools):
+            messages, tools = cache_breakpoints.unmarked(messages, tools)
         handler, extra_request = self._resolve_chat_handler()
         if not isinstance(handler, ChatPromptRenderer):
             raise NotImplementedError(f"the chat handler {getattr(handler, '__name__', type(handler).__name__)!r} "

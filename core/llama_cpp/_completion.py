@@ -19,6 +19,7 @@ from llama_cpp_native import lib
 
 from ._llama_base import LlamaBase
 from ._text import StopScanner
+from .cache_breakpoints import pins_for
 from .completion_events import CompletionEnd, CompletionEvent, FimTokens, StopType
 from .engine import PromptProgress, Request, TokenEvent
 from .engine.media import MediaPrompt, text_only
@@ -308,7 +309,8 @@ class CompletionAPI(LlamaBase):
                     logits_processor=call["logits_processor"], stopping_criteria=call["stopping_criteria"],
                     logprobs=logprobs, keep_prompt_logits=echo and logprobs is not None, fork_of=leader,
                     media=item.media.media if item.media is not None else {}, priority=priority, tenant=tenant,
-                    sequence=sequence if leader is None else None)
+                    sequence=sequence if leader is None else None,
+                    pins=pins_for(item.tokens) if leader is None else ())
                 leader = leader or request
                 choices.append(_Choice(self, prompt_index * n + j, item, request, stops, echo, logprobs))
         return choices, sum(item.n_tokens for item in normalised)  # each prompt counts once, whatever n is

@@ -4,7 +4,10 @@ One cache serves every sequence of a Llama.  When a request takes a
 sequence, the engine asks the cache for the snapshot that shares the longest
 prefix with the prompt (:meth:`BaseLlamaCache.lookup`) and restores it if it
 beats what the sequence already holds; when a generation ends it stores the
-sequence's snapshot (``cache[tokens] = snapshot``).  The values are
+sequence's snapshot (``cache[tokens] = snapshot``).  A prompt with cache
+breakpoints (Anthropic's ``cache_control``) has the prefix up to each one
+kept pinned (:meth:`BaseLlamaCache.pin`, :meth:`BaseLlamaCache.renew`), so
+that least-recently-used eviction does not take it while its ttl lasts.  The values are
 :class:`llama_cpp.engine.SequenceSnapshot` objects: one sequence's tokens,
 adapters and llama.cpp's state of that sequence.
 
@@ -29,7 +32,8 @@ __all__ = ["BaseLlamaCache", "HybridCheckpointCache", "PromptCache"]
 
 class PromptCache(Protocol):
     """What the engine asks of a prompt cache (a cache strategy's factory returns one): the seed's protocol.
-    A cache may also have :meth:`BaseLlamaCache.lookup`; the engine uses it when it is there."""
+    A cache may also have :meth:`BaseLlamaCache.lookup`, :meth:`~BaseLlamaCache.pin` and
+    :meth:`~BaseLlamaCache.renew`; the engine uses them when they are there."""
 
     def __contains__(self, key: Sequence[int]) -> bool: ...
 
@@ -76,6 +80,20 @@ class BaseLlamaCache(abc.ABC):
         None for ``adapters`` or ``origin`` means any: one cache may serve several models, so a strategy
         should skip the entries of another origin rather than hide a usable one behind them."""
         return lookup_by_protocol(self, tokens, adapters, origin)
+
+    def pin(self, key: Sequence[int], value: Any, seconds: float) -> None:
+        """Store ``value`` as ``cache[key] = value`` does, and keep it ahead of the entries that are not pinned
+        for ``seconds`` (a prompt-cache breakpoint's ttl: Anthropic's ``cache_control``): while the cache makes
+        room, pinned entries go only when no other is left, and after ``seconds`` without a renewal the entry
+        is an ordinary one again.  The default cannot pin: it stores the entry as any other."""
+        self[key] = value
+
+    def renew(self, tokens: Sequence[int], adapters: Any = None, origin: Any = None, seconds: float = 0.0) -> bool:
+        """Whether an entry holds all of ``tokens`` (evaluated under ``adapters``, of ``origin``: as
+        :meth:`lookup`); if so, it is kept pinned for ``seconds`` from now (:meth:`pin`), so that a prefix
+        already stored is not stored again.  The default asks :meth:`lookup` and pins nothing."""
+        found = self.lookup(tokens, adapters, origin)
+        return found is not None and found[0] >= len(tokens)
 
     def prefixes(self, origin: Any = None) -> list[tuple[tuple[int, ...], Any]]:
         """``(tokens, adapters)`` of the entries made by a context of ``origin`` (None: every entry): what a

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Literal, Union
 from llama_cpp.engine.policy import MAX_TENANT_LENGTH
 from pydantic import BaseModel, ConfigDict, Field
 
-from .bridge import EventFormat, Served, named_sse
+from .bridge import EngineFacts, EventFormat, Served, named_sse
 from .schemas import ChatRequest, SamplerFields
 
 # Anthropic's error types by status (its API answers a malformed body with 400, never 422)
@@ -207,26 +207,47 @@ def _tool_message(block: ToolResultBlock) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": parts}
 
 
+def _mark(mark: CacheControl) -> dict[str, Any]:
+    """A breakpoint as the core takes it on a chat message, a text part or a tool
+    (:mod:`llama_cpp.cache_breakpoints`)."""
+    return mark.model_dump(exclude_none=True)
+
+
+def _marked(item: dict[str, Any], mark: CacheControl | None) -> dict[str, Any]:
+    """``item`` with the breakpoint ``mark`` (a message's keeps the longer ttl of two)."""
+    if mark is None:
+        return item
+    held = item.get("cache_control")
+    if held is not None and held.get("ttl") == "1h":
+        return item
+    return {**item, "cache_control": _mark(mark)}
+
+
 def _chat_messages(message: Message) -> list[dict[str, Any]]:
     """One Anthropic message as chat messages: its tool results first (a tool message each, answering the
     assistant's calls just before), then the message itself with its text and image parts, its ``tool_use``
-    blocks as ``tool_calls`` and its thinking as ``reasoning_content``."""
+    blocks as ``tool_calls`` and its thinking as ``reasoning_content``.  A text block's ``cache_control`` stays
+    on its part; another block's goes on the chat message it became (its breakpoint: the end of that
+    message's text)."""
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     reasoning = ""
+    mark: CacheControl | None = None  # the message's own, from a block that is no text part
     for block in message.content:
         if isinstance(block, TextBlock):
-            parts.append({"type": "text", "text": block.text})
+            parts.append(_marked({"type": "text", "text": block.text}, block.cache_control))
         elif isinstance(block, ImageBlock):
             parts.append(_image_part(block))
+            mark = block.cache_control or mark
         elif isinstance(block, ToolUseBlock):
             calls.append({"id": block.id, "type": "function",
                           "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
+            mark = block.cache_control or mark
         elif isinstance(block, ToolResultBlock):
-            results.append(_tool_message(block))
+            results.append(_marked(_tool_message(block), block.cache_control))
         elif isinstance(block, ThinkingBlock):
             reasoning += block.thinking
         # redacted thinking is another model's encrypted thought: nothing a local template can render
@@ -237,7 +258,7 @@ def _chat_messages(message: Message) -> list[dict[str, Any]]:
             chat["tool_calls"] = calls
         if reasoning:
             chat["reasoning_content"] = reasoning
-        out.append(chat)
+        out.append(_marked(chat, mark))
     return out
 
 
@@ -255,14 +276,22 @@ def chat_request(body: _Conversation, **generation: Any) -> ChatRequest:
     """``body`` as the chat route's request; ``generation`` adds the chat fields of a generating request."""
     messages: list[dict[str, Any]] = []
     if body.system is not None:  # system blocks join as llama-server joins them: no separator
-        system = body.system if isinstance(body.system, str) else "".join(b.text for b in body.system)
-        messages.append({"role": "system", "content": system})
+        if isinstance(body.system, str):
+            messages.append({"role": "system", "content": body.system})
+        else:  # (a breakpoint on any of them: the end of the system prompt)
+            system: dict[str, Any] = {"role": "system", "content": "".join(b.text for b in body.system)}
+            for block in body.system:
+                system = _marked(system, block.cache_control)
+            messages.append(system)
     for message in body.messages:
         messages.extend(_chat_messages(message))
+    if body.cache_control is not None and messages:  # automatic caching: the last block that can carry one
+        messages[-1] = _marked(messages[-1], body.cache_control)
     tools = None
     if body.tools is not None:
-        tools = [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                   "parameters": t.input_schema}} for t in body.tools]
+        tools = [_marked({"type": "function", "function": {"name": t.name, "description": t.description or "",
+                                                           "parameters": t.input_schema}}, t.cache_control)
+                 for t in body.tools]
     fields: dict[str, Any] = dict(model=body.model, messages=messages, tools=tools,
                                   tool_choice=_tool_choice(body.tool_choice), **generation)
     if body.tool_choice is not None and body.tool_choice.disable_parallel_tool_use:
@@ -304,10 +333,13 @@ def stop_reason(finish_reason: str | None, stop_sequence: str | None) -> str:
     return "stop_sequence" if stop_sequence is not None else "end_turn"
 
 
-def usage(n_prompt: int, n_cached: int, n_output: int) -> dict[str, int]:
-    """Anthropic's usage: the prompt tokens evaluated, the ones read from memory (a reused prefix), the output."""
-    return {"input_tokens": n_prompt - n_cached, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": n_cached, "output_tokens": n_output}
+def usage(n_prompt: int, facts: EngineFacts, n_output: int) -> dict[str, int]:
+    """Anthropic's usage: of the prompt's tokens, those read from memory (a reused prefix, restored from the
+    prompt cache or held by the sequence), those evaluated and written into the prompt cache at a
+    ``cache_control`` breakpoint, and the rest; then the output."""
+    return {"input_tokens": n_prompt - facts.n_cached - facts.n_cache_written,
+            "cache_creation_input_tokens": facts.n_cache_written, "cache_read_input_tokens": facts.n_cached,
+            "output_tokens": n_output}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -318,7 +350,7 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def message(chat: dict[str, Any], model: str, stop_sequence: str | None, n_cached: int) -> dict[str, Any]:
+def message(chat: dict[str, Any], model: str, facts: EngineFacts) -> dict[str, Any]:
     """A whole chat completion (one choice) as Anthropic's message: thinking, text, then tool uses."""
     choice = chat["choices"][0]
     reply = choice["message"]
@@ -333,9 +365,9 @@ def message(chat: dict[str, Any], model: str, stop_sequence: str | None, n_cache
                         "input": _tool_input(function["arguments"])})
     counts = chat["usage"]
     return {"id": message_id(chat["id"]), "type": "message", "role": "assistant", "content": content,
-            "model": model, "stop_reason": stop_reason(choice["finish_reason"], stop_sequence),
-            "stop_sequence": stop_sequence,
-            "usage": usage(counts["prompt_tokens"], n_cached, counts["completion_tokens"])}
+            "model": model, "stop_reason": stop_reason(choice["finish_reason"], facts.stop_string),
+            "stop_sequence": facts.stop_string,
+            "usage": usage(counts["prompt_tokens"], facts, counts["completion_tokens"])}
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -350,7 +382,7 @@ class MessageStream:
     then each content block opened, its deltas, closed when the next one opens (thinking, text, each tool use in
     turn), and at the end ``message_delta`` (stop reason, usage) and ``message_stop``."""
 
-    def __init__(self, model: str, facts: Callable[[], tuple[int, int, str | None]]) -> None:
+    def __init__(self, model: str, facts: Callable[[], EngineFacts]) -> None:
         self.model = model
         self.prompt = facts  # asked when the stream starts and when it ends (:meth:`.Served.engine_facts`)
         self.started = False
@@ -361,10 +393,10 @@ class MessageStream:
 
     def _start(self, chunk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         self.started = True
-        n_prompt, n_cached, _ = self.prompt()
+        facts = self.prompt()
         start: dict[str, Any] = {"id": message_id(chunk["id"]), "type": "message", "role": "assistant", "content": [],
                  "model": self.model, "stop_reason": None, "stop_sequence": None,
-                 "usage": usage(n_prompt, n_cached, 0)}
+                 "usage": usage(facts.n_prompt, facts, 0)}
         return [("message_start", {"type": "message_start", "message": start}), ("ping", {"type": "ping"})]
 
     def _close(self) -> list[tuple[str, dict[str, Any]]]:
@@ -414,11 +446,12 @@ class MessageStream:
         counts = chunk.get("usage")
         if counts is not None:
             events += self._close()
-            n_prompt, n_cached, stop_sequence = self.prompt()
+            facts = self.prompt()
             events.append(("message_delta", {
                 "type": "message_delta",
-                "delta": {"stop_reason": stop_reason(self.finish, stop_sequence), "stop_sequence": stop_sequence},
-                "usage": usage(counts["prompt_tokens"], n_cached, counts["completion_tokens"])}))
+                "delta": {"stop_reason": stop_reason(self.finish, facts.stop_string),
+                          "stop_sequence": facts.stop_string},
+                "usage": usage(counts["prompt_tokens"], facts, counts["completion_tokens"])}))
             events.append(("message_stop", {"type": "message_stop"}))
         return events
 
@@ -442,5 +475,4 @@ class MessagesView:
         return MessageStream(served.model, served.engine_facts).events
 
     def whole(self, answer: dict[str, Any], served: Served) -> dict[str, Any]:
-        _, n_cached, stop_sequence = served.engine_facts()
-        return message(answer, served.model, stop_sequence, n_cached)
+        return message(answer, served.model, served.engine_facts())

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, Protocol
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple, Protocol
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -211,6 +211,17 @@ OPENAI = EventFormat(sse, lambda *error: sse(error_body(*error)), ping_event, DO
 LLAMA_SERVER = EventFormat(sse, OPENAI.error, ping_event, None)
 
 
+class EngineFacts(NamedTuple):
+    """A call's prompt tokens; how many of them came from memory (a reused prefix); how many of those it
+    evaluated a cache breakpoint now keeps in the prompt cache (Anthropic's ``cache_control``); the stop string
+    that ended it."""
+
+    n_prompt: int
+    n_cached: int
+    n_cache_written: int
+    stop_string: str | None
+
+
 @dataclass(frozen=True)
 class Served:
     """What a :class:`ResponseView` knows of the call it shapes besides the chunks: its engine requests
@@ -220,14 +231,15 @@ class Served:
     model: str
     llama: Any
 
-    def engine_facts(self) -> tuple[int, int, str | None]:
-        """What the call's engine requests tell that its chunks do not: the prompt's tokens, how many of them
-        came from memory (a reused prefix), and the stop string that ended it."""
+    def engine_facts(self) -> EngineFacts:
+        """What the call's engine requests tell that its chunks do not (:class:`EngineFacts`)."""
         requests = self.scope.requests
         if not requests:
-            return 0, 0, None
+            return EngineFacts(0, 0, 0, None)
         first, last = requests[0], requests[-1]
-        return len(first.prompt), max(0, len(first.prompt) - first.n_prompt_evaluated), last.stop_string
+        return EngineFacts(len(first.prompt), max(0, len(first.prompt) - first.n_prompt_evaluated),
+                           first.n_prompt_pinned, last.stop_string)
+
 
 
 class ResponseView(Protocol):

@@ -429,7 +429,7 @@ class ResponsesView:
         self.messages = messages  # the chat request's, instructions first when given
 
     def usage(self, served: Served, counts: dict[str, int], output: list[dict[str, Any]]) -> dict[str, Any]:
-        _, n_cached, _ = served.engine_facts()
+        n_cached = served.engine_facts().n_cached
         reasoning = "".join(part["text"] for item in output if item["type"] == "reasoning" for part in item["content"])
         n_reasoning = len(served.llama.tokenize(reasoning.encode("utf-8"), add_bos=False)) if reasoning else 0
         return usage(counts["prompt_tokens"], n_cached, counts["completion_tokens"], n_reasoning)

@@ -17,6 +17,7 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
+from llama_cpp_server.bridge import EngineFacts
 from llama_cpp_server.anthropic_messages import CountTokensRequest, MessageStream, MessagesRequest, chat_request
 from serving import llama_server, running, tiny_settings
 
@@ -210,7 +211,7 @@ def test_blocks_become_the_chat_routes_messages() -> None:
 
 
 def test_a_thinking_stream_opens_a_block_per_kind_and_signs_the_thinking() -> None:
-    stream = MessageStream("m", lambda: (10, 4, None))
+    stream = MessageStream("m", lambda: EngineFacts(10, 4, 2, None))
     chunks = [{"id": "chatcmpl-1", "choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]},
               {"id": "chatcmpl-1", "choices": [{"delta": {"reasoning_content": "hm"}, "finish_reason": None}]},
               {"id": "chatcmpl-1", "choices": [{"delta": {"content": "ok"}, "finish_reason": None}]},
@@ -227,9 +228,9 @@ def test_a_thinking_stream_opens_a_block_per_kind_and_signs_the_thinking() -> No
         ("content_block_start", 2, "tool_use"), ("content_block_delta", 2, "input_json_delta"),
         ("content_block_stop", 2, None), ("message_delta", None, None), ("message_stop", None, None)]
     assert events[0][1]["message"]["id"] == "msg_1"
-    assert events[0][1]["message"]["usage"]["input_tokens"] == 6
+    assert events[0][1]["message"]["usage"]["input_tokens"] == 4
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
-    assert events[-2][1]["usage"] == {"input_tokens": 6, "cache_creation_input_tokens": 0,
+    assert events[-2][1]["usage"] == {"input_tokens": 4, "cache_creation_input_tokens": 2,
                                       "cache_read_input_tokens": 4, "output_tokens": 3}
 
 
@@ -285,3 +286,53 @@ def test_an_image_block_is_the_chat_routes_image_part(tiny_mtmd_model: Any, tiny
     assert seen.content[0].text == chat["choices"][0]["message"]["content"]
     assert seen.usage.input_tokens + seen.usage.cache_read_input_tokens == chat["usage"]["prompt_tokens"]
     assert chat["usage"]["prompt_tokens"] > blind.usage.input_tokens + blind.usage.cache_read_input_tokens
+
+
+LONG_SYSTEM = "You answer questions about rivers, briefly and in plain words. " * 8
+
+
+def test_a_cache_control_breakpoint_pins_its_prefix_for_the_next_request(chat_model_path: Path) -> None:
+    """One sequence, so that a prefix can come back only from the prompt cache: the marked system prompt is
+    written at the first request, survives two unrelated conversations, and is read at the next one (that it
+    outlives entries that are not pinned is tests/test_cache_breakpoints.py's)."""
+    with running(tiny_settings(chat_model_path, n_seq_max=1, cache=True)) as base:
+        client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
+        system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
+
+        def ask(question: str, **kwargs: Any) -> Any:
+            return create(client, messages=[{"role": "user", "content": question}], max_tokens=2, **kwargs)
+
+        first = ask("Name one river.", system=system).usage
+        assert first.cache_creation_input_tokens > 0 and first.cache_read_input_tokens == 0
+        for other in ("Write a haiku about snow.", "Count to three."):
+            ask(other, system=f"Another system prompt for {other}")
+        second = ask("Name another river.", system=system)
+        counted = client.messages.count_tokens(model="tiny", system=system,
+                                               messages=[{"role": "user", "content": "Name another river."}])
+        usage = second.usage
+        assert usage.cache_read_input_tokens >= first.cache_creation_input_tokens
+        assert usage.cache_creation_input_tokens == 0
+        # only the rest was evaluated: the question and the turn markers
+        assert usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
+        assert usage.input_tokens < 20
+
+
+def test_cache_control_marks_reach_the_chat_request() -> None:
+    mark = {"type": "ephemeral"}
+    body = MessagesRequest.model_validate({
+        "max_tokens": 5, "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        "system": [{"type": "text", "text": "A. ", "cache_control": mark}, {"type": "text", "text": "B."}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}, "cache_control": mark}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "look", "cache_control": mark},
+                                         {"type": "image", "source": {"type": "url", "url": "http://x/y.png"},
+                                          "cache_control": mark}]},
+            {"role": "assistant", "content": "ok"}]})
+    chat = chat_request(body, max_tokens=5)
+    assert chat.messages == [
+        {"role": "system", "content": "A. B.", "cache_control": mark},
+        {"role": "user", "content": [{"type": "text", "text": "look", "cache_control": mark},
+                                     {"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
+         "cache_control": mark},
+        {"role": "assistant", "content": "ok", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    assert chat.tools[0]["cache_control"] == mark

@@ -36,6 +36,14 @@ from .step import DraftWanted, Step
 MIN_PREFIX_SHARE = 0.1
 
 
+def pin_chunk_end(request: Request, end: int) -> int:
+    """Where a prompt chunk ending at ``end`` stops instead: at the request's next pin, if that comes first (the
+    sequence then holds the pinned prefix exactly, for its snapshot)."""
+    if request.n_pins_taken < len(request.pins):
+        return min(end, request.pins[request.n_pins_taken].n_tokens)
+    return end
+
+
 class Planner:
     """Admission, slot bookkeeping and each tick's plan (see the module's docstring).
 
@@ -338,6 +346,8 @@ class Planner:
         else:
             request.state = RequestState.PREFILL
             slot.prefill_at = request.n_prompt_reused = self._reuse_prefix(slot, request, leader)
+            if request.pins:
+                self._take_pins(slot, request)
             self.counters.n_prompt_cached += slot.prefill_at
         if not request.started:
             request.started = time.perf_counter()
@@ -366,6 +376,34 @@ class Planner:
         ledger = slot.ledger
         if ledger.tokens and ledger.adapters is not None:
             self.cache[list(ledger.tokens)] = ledger.snapshot(self.ctx)
+
+    def _take_pins(self, slot: Slot, request: Request) -> None:
+        """The pins the sequence has reached (it holds the first ``n_tokens`` of the prompt): each is kept in the
+        prompt cache, by the entry that already holds its prefix (the cache's ``renew``) or by a new snapshot of
+        the sequence (the cache's ``pin``).  A cache that cannot pin (the seed's protocol) stores the snapshot
+        as any other entry.  Without a cache, or on a sequence evaluated under mixed adapters, a pin does
+        nothing."""
+        ledger, pins = slot.ledger, request.pins
+        while request.n_pins_taken < len(pins) and pins[request.n_pins_taken].n_tokens <= len(ledger.tokens):
+            pin = pins[request.n_pins_taken]
+            request.n_pins_taken += 1
+            if self.cache is None or ledger.adapters is None:
+                continue
+            prefix, origin = ledger.tokens[:pin.n_tokens], self.ctx.origin
+            renew = getattr(self.cache, "renew", None)
+            if renew is not None:
+                held = renew(prefix, ledger.adapters, origin, pin.seconds)
+            else:
+                found = lookup_by_protocol(self.cache, prefix, ledger.adapters, origin)
+                held = found is not None and found[0] >= pin.n_tokens
+            if held:
+                continue
+            store = getattr(self.cache, "pin", None)
+            if store is not None:
+                store(list(ledger.tokens), ledger.snapshot(self.ctx), pin.seconds)
+            else:
+                self.cache[list(ledger.tokens)] = ledger.snapshot(self.ctx)
+            request.n_prompt_pinned = max(request.n_prompt_pinned, pin.n_tokens - request.n_prompt_reused)
 
     def _cached(self, prompt: list[int], key: Any, better_than: int) -> tuple[int, SequenceSnapshot] | None:
         """The cached snapshot sharing the longest prefix with ``prompt`` (under the request's adapters,
@@ -473,6 +511,9 @@ class Planner:
                 if checkpoints is not None:  # memory holds exactly the ledger's tokens here
                     checkpoints.due(ledger, len(prompt))
                     end = checkpoints.chunk_end(ledger, len(prompt), end)
+                if request.n_pins_taken < len(request.pins):  # memory holds exactly the ledger's tokens here
+                    self._take_pins(slot, request)
+                    end = pin_chunk_end(request, end)
                 fed = prompt[slot.prefill_at:end]
                 if logits_all:
                     fed = fed[:max_outputs - outputs]

@@ -45,6 +45,14 @@ class PromptProgress(NamedTuple):
     ms: float
 
 
+class PrefixPin(NamedTuple):
+    """A prompt-cache breakpoint (Anthropic's ``cache_control``): once the first ``n_tokens`` of the prompt are in
+    its sequence, the sequence's snapshot goes into the prompt cache, pinned for ``seconds``."""
+
+    n_tokens: int
+    seconds: float
+
+
 class Suspended(NamedTuple):
     """A request that gave its sequence up to a more urgent one: what it resumes from."""
 
@@ -86,7 +94,8 @@ class Request:
     is the :class:`.choices.ChoiceGroup` of the call that submitted it, when
     that call is one of several that make one response's choices: it waits
     for the group's other calls and may become the first one's fork.
-    ``report_progress`` asks for a :class:`PromptProgress` in ``progress``
+    ``pins`` are the prompt's cache breakpoints, in increasing order (:class:`PrefixPin`; the prompt is evaluated
+    in chunks that end at them).  ``report_progress`` asks for a :class:`PromptProgress` in ``progress``
     when it gets its sequence and after each chunk of its prompt is decoded
     (``Scheduler.next_of(..., progress=True)`` hands them out).
     """
@@ -116,6 +125,7 @@ class Request:
     # llama-server's n_cache_reuse: runs of at least this many tokens its sequence holds after the shared
     # prefix are moved into place instead of evaluated again (0: only the prefix is reused)
     cache_reuse: int = 0
+    pins: tuple[PrefixPin, ...] = ()
     # filled in by the engine
     sampler: SequenceSampler | None = None  # built when submitted; its slot owns it once the request starts
     state: RequestState = RequestState.WAITING
@@ -134,6 +144,8 @@ class Request:
     stop_string: str | None = None  # the stop string that ended it, set by the reader that found it in the text
     n_prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from a reused prefix)
     n_prompt_reused: int = 0  # prompt tokens its sequence held already when it got it (a reused prefix)
+    n_prompt_pinned: int = 0  # of the prompt tokens it evaluated, how many a pin it made keeps in the prompt cache
+    n_pins_taken: int = 0  # its pins the engine has dealt with
     started: float = 0.0  # time.perf_counter() when it was given a sequence
     first_token: float = 0.0  # time.perf_counter() when its first token was handed out
     ended: float = 0.0  # time.perf_counter() when it finished

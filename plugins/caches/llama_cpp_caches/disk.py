@@ -14,6 +14,8 @@ survives restarts and can be shared by several processes and models:
   it is read is skipped;
 - the access time is the file's mtime (set on every hit), so the least
   recently used order is the same for every process and after a restart;
+  a pinned entry's mtime is the end of its pin (in the future), so it is
+  evicted only after every entry used before then;
 - a file is trusted only once all of it has been read and its sha256 checked:
   a damaged, truncated or pickled file is reported with a warning and
   deleted, and the lookup goes on to the next candidate.  A file of another
@@ -108,6 +110,30 @@ class LlamaDiskCache(BaseLlamaCache):
         return found[1]
 
     def __setitem__(self, key: Sequence[int], value: SequenceSnapshot) -> None:
+        self._store(key, value, 0)
+
+    def pin(self, key: Sequence[int], value: Any, seconds: float) -> None:
+        self._store(key, value, time.time_ns() + int(seconds * 1e9))
+
+    def renew(self, tokens: Sequence[int], adapters: Any = None, origin: Any = None, seconds: float = 0.0) -> bool:
+        wanted = [int(t) for t in tokens]
+        with self._lock:
+            self._scan()
+            path = self._trie.shared(wanted)
+            if not wanted or len(path) < len(wanted):
+                return False
+            holders = [self._by_id[i] for i in path[-1] if i in self._by_id and self._by_id[i].fits(adapters, origin)]
+            for entry in sorted(holders, key=lambda f: f.used, reverse=True):
+                try:
+                    stat = _touch(self.cache_dir / entry.name, time.time_ns() + int(seconds * 1e9))
+                except FileNotFoundError:  # evicted by another process
+                    self._forget(entry.name)
+                    continue
+                entry.used = stat.st_mtime_ns
+                return True
+            return False
+
+    def _store(self, key: Sequence[int], value: SequenceSnapshot, pinned_until_ns: int) -> None:
         if not isinstance(value, SequenceSnapshot):
             raise TypeError(f"the disk cache stores llama_cpp.engine.SequenceSnapshot values (what the engine "
                             f"gives it), not {type(value).__name__}")
@@ -133,7 +159,7 @@ class LlamaDiskCache(BaseLlamaCache):
                 return
             self._forget(name)
             try:
-                stat = _touch(path)
+                stat = _touch(path, pinned_until_ns)
             except FileNotFoundError:  # another process's eviction got there first: nothing to index
                 return
             self._add(name, value, stat)
@@ -286,8 +312,8 @@ class LlamaDiskCache(BaseLlamaCache):
             self._forget(entry.name)
             self._index(entry.name)
             return None
-        try:  # the access goes into the file itself (its mtime), where every process sees it
-            stat = _touch(path)
+        try:  # the access goes into the file itself (its mtime), where every process sees it; a pin's stays
+            stat = _touch(path, stat.st_mtime_ns)
         except FileNotFoundError:  # evicted by another process just now: what was read is still whole
             self._forget(entry.name)
             return snapshot
@@ -319,10 +345,12 @@ class LlamaDiskCache(BaseLlamaCache):
             print(f"{type(self).__name__}: {message}", file=sys.stderr)
 
 
-def _touch(path: Path) -> os.stat_result:
+def _touch(path: Path, not_before_ns: int = 0) -> os.stat_result:
     """Set the file's mtime to now, to the nanosecond (the kernel's own stamp is only as fine as its
-    scheduler tick, which would leave files used a few ms apart in no order)."""
-    now = time.time_ns()
+    scheduler tick, which would leave files used a few ms apart in no order), or to ``not_before_ns`` if that
+    is later: a pinned file's mtime is the end of its pin, so that eviction, oldest first, reaches it only
+    after every file used before then (in every process, and after a restart)."""
+    now = max(time.time_ns(), not_before_ns)
     os.utime(path, ns=(now, now))
     return path.stat()
 

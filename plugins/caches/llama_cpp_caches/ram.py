@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import itertools
 import sys
+import time
 from typing import Any, Sequence
 
 from llama_cpp.llama_cache import BaseLlamaCache
@@ -30,10 +31,11 @@ def _identity(tokens: tuple[int, ...], value: Any) -> tuple[Any, ...]:
 
 
 class _Entry:
-    __slots__ = ("key", "tokens", "value", "nbytes", "used")
+    __slots__ = ("key", "tokens", "value", "nbytes", "used", "pinned_until")
 
-    def __init__(self, key: tuple[Any, ...], value: Any, nbytes: int, used: int) -> None:
+    def __init__(self, key: tuple[Any, ...], value: Any, nbytes: int, used: int, pinned_until: float) -> None:
         self.key, self.tokens, self.value, self.nbytes, self.used = key, key[0], value, nbytes, used
+        self.pinned_until = pinned_until  # time.monotonic() until which eviction passes it over
 
     def fits(self, adapters: Any, origin: Any) -> bool:
         """Evaluated under ``adapters`` by a context of ``origin`` (None: any; an entry of unknown origin
@@ -46,7 +48,8 @@ class _Entry:
 
 class LlamaRAMCache(BaseLlamaCache):
     """Snapshots in memory.  The stored bytes never exceed ``capacity_bytes``: the least recently used
-    entries go first, and an entry larger than the whole capacity is not stored.  A lookup finds the
+    entries go first (pinned ones only when nothing else is left), and an entry larger than the whole capacity
+    is not stored.  A lookup finds the
     entry sharing the longest prefix with the prompt (a token trie), the most recently used among equals.
     Entries are kept per model and context (a snapshot's ``origin``), so several Llamas can share one."""
 
@@ -69,18 +72,36 @@ class LlamaRAMCache(BaseLlamaCache):
         return len(self._entries)
 
     def __setitem__(self, key: Sequence[int], value: Any) -> None:
+        self._store(key, value, 0.0)
+
+    def pin(self, key: Sequence[int], value: Any, seconds: float) -> None:
+        self._store(key, value, time.monotonic() + seconds)
+
+    def renew(self, tokens: Sequence[int], adapters: Any = None, origin: Any = None, seconds: float = 0.0) -> bool:
+        found = self._find(tokens, adapters, origin)
+        if found is None or found[0] < len(tokens):
+            return False
+        entry = self._entries[found[1]]
+        entry.pinned_until = max(entry.pinned_until, time.monotonic() + seconds)
+        entry.used = next(self._clock)
+        self._order.move_to_end(found[1])
+        return True
+
+    def _store(self, key: Sequence[int], value: Any, pinned_until: float) -> None:
         tokens = tuple(int(t) for t in key)
         identity = _identity(tokens, value)
         size = _nbytes(value)
-        self._drop(identity)  # a replaced entry gives its bytes back first
+        replaced = self._by_key.get(identity)
+        if replaced is not None:  # a replaced entry gives its bytes back first, and keeps its pin
+            pinned_until = max(pinned_until, self._entries[replaced].pinned_until)
+            self._remove(replaced)
         if size > self.capacity_bytes:
             self._say(f"an entry of {size} bytes is larger than the capacity ({self.capacity_bytes}): not stored")
             return
         while self._size + size > self.capacity_bytes:
-            oldest = next(iter(self._order))
-            self._remove(oldest)
+            self._remove(self._eviction_victim())
         entry_id = next(self._ids)
-        self._entries[entry_id] = _Entry(identity, value, size, next(self._clock))
+        self._entries[entry_id] = _Entry(identity, value, size, next(self._clock), pinned_until)
         self._by_key[identity] = entry_id
         self._order[entry_id] = None
         self._trie.add(tokens, entry_id)
@@ -128,10 +149,11 @@ class LlamaRAMCache(BaseLlamaCache):
                 return depth, self._by_key[best.key]
         return None
 
-    def _drop(self, identity: tuple[Any, ...]) -> None:
-        entry_id = self._by_key.get(identity)
-        if entry_id is not None:
-            self._remove(entry_id)
+    def _eviction_victim(self) -> int:
+        """The least recently used entry that is not pinned now; the least recently used of all if every one
+        is."""
+        now = time.monotonic()
+        return next((i for i in self._order if self._entries[i].pinned_until <= now), next(iter(self._order)))
 
     def _remove(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)

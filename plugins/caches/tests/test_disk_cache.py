@@ -265,3 +265,22 @@ def test_the_strategy_takes_the_seed_names(tmp_path: Path) -> None:
     old.write_bytes(b"half")
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert len(cache) == 0 and not old.exists()
+
+
+def test_a_pinned_file_is_evicted_after_the_others_in_every_process(tmp_path: Path) -> None:
+    size = state_file.encode(_snap((1, 2, 3), 1000)).size
+    cache = LlamaDiskCache(tmp_path, capacity_bytes=3 * size + 100)
+    cache.pin([1, 2, 3], _snap((1, 2, 3), 1000), seconds=60.0)
+    for k in range(4):
+        cache[[7, k, 0]] = _snap((7, k, 0), 1000)
+    # the pin is still there, also for another process's view of the directory, and a hit does not end it
+    other = LlamaDiskCache(tmp_path, capacity_bytes=3 * size + 100)
+    assert other.lookup([1, 2, 3, 4])[0] == 3
+    other[[8, 0, 0]] = _snap((8, 0, 0), 1000)
+    assert cache.lookup([1, 2, 3])[0] == 3
+    assert cache.renew([1, 2], seconds=60.0) and not cache.renew([1, 5], seconds=60.0)
+    expired = LlamaDiskCache(tmp_path / "expired", capacity_bytes=2 * size + 100)
+    expired.pin([1, 2, 3], _snap((1, 2, 3), 1000), seconds=0.0)
+    expired[[2, 0, 0]] = _snap((2, 0, 0), 1000)
+    expired[[3, 0, 0]] = _snap((3, 0, 0), 1000)
+    assert expired.lookup([1, 2, 3]) is None
