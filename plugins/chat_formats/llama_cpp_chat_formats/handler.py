@@ -16,10 +16,12 @@ from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_c
 from llama_cpp import llama_grammar
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
+from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
 from llama_cpp.sampling import SAMPLING_FIELDS
 
 from .streaming import stream_auto_reply, stream_wrapped_call
-from .tool_calls import forced_call_schema, legacy_functions_as_tools, make_tool_call, parse_tool_calls
+from .tool_calls import (SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, make_tool_call,
+                         parse_tool_calls)
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
@@ -156,8 +158,11 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     format_stops = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
     grammar = request.get("grammar") or response_format_grammar(request.get("response_format"))
     stream = bool(request.get("stream"))
-    result = llama.create_completion(prompt_tokens, grammar=grammar, stop=user_stops(request, *format_stops),
-                                     stream=stream, **completion_arguments(request))
+    calling = bool(tools) and tool_choice != "none"
+    kept = current_preserved() | control_tokens_of(llama, SYNTAX_TOKENS) if calling else current_preserved()
+    with preserving(kept):  # a call's markers that are control tokens stay in the text, for the parse
+        result = llama.create_completion(prompt_tokens, grammar=grammar, stop=user_stops(request, *format_stops),
+                                         stream=stream, **completion_arguments(request))
     if tools is None or tool_choice == "none":
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
     if stream:

@@ -19,7 +19,12 @@ from typing import Any, Callable, Iterator
 from llama_cpp.llama_chat_format import chat_logprobs
 
 # text that opens a tool call in one of the styles tool_calls.parse_tool_calls reads
-CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "functools[", "<function=", "<|python_tag|>", ">>>", "functions.")
+CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "functools[", "<function=", "<|python_tag|>", ">>>", "functions.",
+                "<|tool_call>",  # Gemma 4
+                # gpt-oss: a message to a function, from its header on (a final answer's header is streamed)
+                "<|start|>assistant to=", "<|start|>assistant<|channel|>commentary to=",
+                "<|start|>assistant<|channel|>analysis to=", "<|channel|>commentary to=", "<|channel|>analysis to=",
+                " to=functions.")
 
 Chunk = dict[str, Any]
 

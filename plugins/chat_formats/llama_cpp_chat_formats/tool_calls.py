@@ -11,6 +11,14 @@ OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
 * functionary v3.1 / Llama 3.1 custom tools: ``<function=NAME>{...}</function>``
 * FireFunction v2: ``functools[{"name": ..., "arguments": {...}}, ...]``
 * chatml-function-calling: ``functions.NAME:\\n{...}``
+* gpt-oss (harmony): ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}``, or the
+  recipient in the role header: ``<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}``
+* Gemma 4: ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1,flags:[true]}<tool_call|>`` (its own value syntax:
+  bare keys, strings between ``<|"|>``)
+
+Several of these markers are control tokens in their models' vocabularies (gpt-oss's ``<|channel|>``,
+Mistral's ``[TOOL_CALLS]``...), which the detokenizer leaves out of the text: while tools are offered, a
+reply keeps their text (:data:`SYNTAX_TOKENS`), as llama-server keeps its formats' preserved tokens.
 
 A named or required tool is not left to chance: the reply is constrained by a
 grammar built from the tool's parameter schema.
@@ -30,6 +38,19 @@ _MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
 _RECIPIENT = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)[ \t]*\n")
 _CHATML_FC = re.compile(r"functions\.([A-Za-z0-9_.\-]+):\s*\n")
 _FUNCTION_TAG = re.compile(r"<function=([A-Za-z0-9_.\-]+)>")
+# a harmony message that calls a function: the recipient in the role header or in the channel header, an
+# optional constraint (" <|constrain|>json", " json"), then the arguments after <|message|>
+_HARMONY_CALL = re.compile(r"(?:<\|start\|>assistant)?(?: to=functions\.(?P<in_role>[^\s<]+))?"
+                           r"<\|channel\|>(?:commentary|analysis)(?: to=functions\.(?P<in_channel>[^\s<]+))?"
+                           r"(?:\s*(?:<\|constrain\|>)?[A-Za-z0-9_-]+)?<\|message\|>")
+_GEMMA4_CALL = re.compile(r"<\|tool_call>call:([^{\s]+)")
+_GEMMA4_QUOTE = '<|"|>'
+_GEMMA4_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")  # JSON's, as Gemma 4 writes them
+
+#: The text of the call syntaxes' markers, kept in a reply while tools are offered where they are control tokens.
+SYNTAX_TOKENS = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>",  # gpt-oss
+                 "<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE, "<|channel>", "<channel|>",  # Gemma 4
+                 "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>")
 
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
@@ -140,6 +161,80 @@ def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict[str, A
     return (text[:at].strip(), calls) if calls else None
 
 
+def _parse_harmony(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+    """gpt-oss: each message addressed ``to=functions.NAME`` whose arguments are JSON; the text before the first
+    (its analysis and commentary messages, which the reasoning split reads) stays."""
+    if "to=functions." not in text:
+        return None
+    calls, first = [], None
+    for match in _HARMONY_CALL.finditer(text):
+        name = match.group("in_role") or match.group("in_channel")
+        values = _json_values(text[match.end():])
+        if name in names and values and values[0][1] == 0:
+            calls.append(make_tool_call(name, values[0][0]))
+            first = match.start() if first is None else first
+    return (text[:first].strip(), calls) if calls else None
+
+
+def _parse_gemma4(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+    """Gemma 4: ``<|tool_call>call:NAME{...}<tool_call|>`` blocks, their arguments in Gemma's value syntax."""
+    if "<|tool_call>" not in text:
+        return None
+    calls, first = [], None
+    for match in _GEMMA4_CALL.finditer(text):
+        try:
+            arguments, end = _gemma4_value(text, match.end())
+        except ValueError:
+            continue
+        if match.group(1) in names and isinstance(arguments, dict) and text.startswith("<tool_call|>", end):
+            calls.append(make_tool_call(match.group(1), arguments))
+            first = match.start() if first is None else first
+    return (text[:first].strip(), calls) if calls else None
+
+
+def _gemma4_value(text: str, i: int) -> tuple[Any, int]:
+    """The Gemma 4 value at ``text[i]`` and where it ends: a string between ``<|"|>``, a dict of bare keys, a list,
+    or a JSON number, boolean or null.  ValueError when there is none."""
+    if text.startswith(_GEMMA4_QUOTE, i):
+        end = text.find(_GEMMA4_QUOTE, i + len(_GEMMA4_QUOTE))
+        if end < 0:
+            raise ValueError("an unterminated string")
+        return text[i + len(_GEMMA4_QUOTE):end], end + len(_GEMMA4_QUOTE)
+    if text.startswith("{", i) or text.startswith("[", i):
+        closing, items, is_dict = ("}" if text[i] == "{" else "]"), [], text[i] == "{"
+        i = _skip_space(text, i + 1)
+        if text.startswith(closing, i):
+            return ({} if is_dict else []), i + 1
+        while True:
+            if is_dict:
+                colon = text.find(":", i)
+                key = text[i:colon] if colon >= 0 else ""
+                if not key or "}" in key:
+                    raise ValueError("a key without its value")
+                value, i = _gemma4_value(text, _skip_space(text, colon + 1))
+                items.append((key.strip(), value))
+            else:
+                value, i = _gemma4_value(text, i)
+                items.append(value)
+            i = _skip_space(text, i)
+            if text.startswith(",", i):
+                i = _skip_space(text, i + 1)
+            elif text.startswith(closing, i):
+                return (dict(items) if is_dict else items), i + 1
+            else:
+                raise ValueError("a list or dict that does not close")
+    match = _GEMMA4_SCALAR.match(text, i)
+    if match is None:
+        raise ValueError("no value")
+    return json.loads(match.group()), match.end()
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
 def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
     """functionary v3.2: messages ``>>>RECIPIENT\\n...``; ``all`` is text, an offered function a call."""
     if ">>>" not in text:
@@ -174,7 +269,8 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str
     names = tool_names(tools)
     if not names:
         return text, []
-    for parser in (_parse_hermes, _parse_mistral, _parse_functools, _parse_function_tags, _parse_llama3):
+    for parser in (_parse_harmony, _parse_gemma4, _parse_hermes, _parse_mistral, _parse_functools,
+                   _parse_function_tags, _parse_llama3):
         parsed = parser(text, names)
         if parsed:
             return parsed[0] or None, parsed[1]

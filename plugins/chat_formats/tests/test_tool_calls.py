@@ -51,7 +51,36 @@ RECORDED = {
     "firefunction-v2": (' functools[{"name": "special_function", "arguments": {"arg1": 1}}, '
                         '{"name": "special_function_with_opt", "arguments": {"arg1": 1, "arg2": 2}}]', None,
                         [("special_function", {"arg1": 1}), ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    # gpt-oss (harmony): the recipient in the channel header after the analysis, or in the role header
+    "gpt-oss": ('<|channel|>analysis<|message|>I should call it.<|end|><|start|>assistant<|channel|>commentary '
+                'to=functions.special_function <|constrain|>json<|message|>{"arg1": 1}',
+                "<|channel|>analysis<|message|>I should call it.<|end|>", [("special_function", {"arg1": 1})]),
+    "gpt-oss-recipient-in-role": (' to=functions.special_function<|channel|>commentary json<|message|>{"arg1": 1}',
+                                  None, [("special_function", {"arg1": 1})]),
+    "gpt-oss-analysis-channel": ('<|channel|>analysis to=functions.special_function_with_opt<|message|>'
+                                 '{"arg1": 1, "arg2": 2}', None, [("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    # Gemma 4: its own value syntax, strings between <|"|>, parallel calls one block each
+    "gemma4": ('<|tool_call>call:special_function{arg1:1}<tool_call|>', None, [("special_function", {"arg1": 1})]),
+    "gemma4-thought-and-parallel": (
+        '<|channel>thought\nBoth.<channel|><|tool_call>call:special_function{arg1:1}<tool_call|>'
+        '<|tool_call>call:special_function_with_opt{arg1:1, arg2:2}<tool_call|>',
+        "<|channel>thought\nBoth.<channel|>", [("special_function", {"arg1": 1}),
+                                                ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "gemma4-values": ('<|tool_call>call:special_function{arg1:-2.5e1,note:<|"|>a "quoted", {text}<|"|>,'
+                      'flags:[true,false,null],nested:{k:<|"|>v<|"|>},empty:{}}<tool_call|>', None,
+                      [("special_function", {"arg1": -25.0, "note": 'a "quoted", {text}', "flags": [True, False, None],
+                                             "nested": {"k": "v"}, "empty": {}})]),
 }
+
+
+@pytest.mark.parametrize("text", [
+    '<|tool_call>call:special_function{arg1:<|"|>unterminated}<tool_call|>',  # a string that never closes
+    "<|tool_call>call:special_function{arg1:1",  # cut off by max_tokens
+    '<|channel|>commentary to=functions.unknown<|message|>{"arg1": 1}',  # not an offered tool
+    '<|channel|>commentary to=functions.special_function<|message|>not json',
+])
+def test_broken_calls_of_the_newer_families_stay_text(text: str) -> None:
+    assert parse_tool_calls(text, TOOLS) == (text, [])
 
 
 @pytest.mark.parametrize("style", list(RECORDED))

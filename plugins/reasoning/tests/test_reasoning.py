@@ -98,22 +98,74 @@ TOOLS = [{"type": "function", "function": {"name": "get", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}}}}}]
 
 
+# family -> a reply that thinks "abc" and then calls get(a=1), in the family's own call syntax
+CALLS = {
+    "think": '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>',
+    "gpt-oss": ('<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>commentary to=functions.get '
+                '<|constrain|>json<|message|>{"a": 1}'),
+    "gemma4": "<|channel>thought\nabc<channel|><|tool_call>call:get{a:1}<tool_call|>",
+}
+
+
+def called(chunks: list[Any]) -> list[tuple[str, Any]]:
+    """The tool calls of a stream: (name, arguments) each."""
+    calls: dict[int, list[str]] = {}
+    for chunk in chunks:
+        for call in chunk["choices"][0]["delta"].get("tool_calls") or []:
+            entry = calls.setdefault(call["index"], ["", ""])
+            entry[0] += call["function"].get("name") or ""
+            entry[1] += call["function"].get("arguments") or ""
+    return [(name, json.loads(arguments)) for name, arguments in calls.values()]
+
+
+@pytest.mark.parametrize("family", CALLS)
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_tool_call_after_the_thinking_is_parsed(model_of: Callable[[str], Llama], stream: bool) -> None:
-    reply = '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>'
-    out = model_of("think").create_chat_completion(HI, tools=TOOLS, grammar=forced(reply), temperature=0,
-                                                   max_tokens=LIMIT, reasoning_format="auto", stream=stream)
+def test_a_tool_call_after_the_thinking_is_parsed(model_of: Callable[[str], Llama], family: str, stream: bool) -> None:
+    out = model_of(family).create_chat_completion(HI, tools=TOOLS, grammar=forced(CALLS[family]), temperature=0,
+                                                  max_tokens=LIMIT, reasoning_format="auto", stream=stream)
     if not stream:
         message = out["choices"][0]["message"]
-        assert message["reasoning_content"] == "abc"
-        assert [c["function"]["name"] for c in message["tool_calls"]] == ["get"]
-        assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": 1}
+        assert message["reasoning_content"] == "abc" and not message["content"]
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == \
+            [("get", {"a": 1})]
         assert out["choices"][0]["finish_reason"] == "tool_calls"
         return
     chunks = list(out)
-    assert streamed(chunks)[0] == "abc"
-    calls = [c for chunk in chunks for c in chunk["choices"][0]["delta"].get("tool_calls") or []]
-    assert calls and calls[0]["function"]["name"] == "get"
+    assert streamed(chunks)[:2] == ("abc", "")  # no header of the call leaks into the content
+    assert called(chunks) == [("get", {"a": 1})]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_without_the_split_the_thinking_stays_in_the_content_before_the_call(model_of: Callable[[str], Llama]) -> None:
+    out = model_of("gpt-oss").create_chat_completion(HI, tools=TOOLS, grammar=forced(CALLS["gpt-oss"]), temperature=0,
+                                                     max_tokens=LIMIT, reasoning_format="none")
+    message = out["choices"][0]["message"]
+    # llama-server's split with reasoning_format none: the analysis message is content
+    assert message["content"] == "<|channel|>analysis<|message|>abc<|end|>"
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get"]
+
+
+def test_gemma4_calls_in_its_real_vocabulary(tiny_model_factory: Callable[..., Path]) -> None:
+    """Gemma 4's markers and its string quote are tokens of its vocabulary (user-defined ones: their text is
+    in the reply whatever is preserved): a call with a quoted string, after the thought."""
+    path = tiny_model_factory(vocab="gemma-4", n_embd=32, n_ff=64, chat_template=template(FAMILIES["gemma4"][0]))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+    reply = '<|channel>thought\nabc<channel|><|tool_call>call:get_weather{city:<|"|>Paris, FR<|"|>,days:2}<tool_call|>'
+    with Llama(str(path), n_ctx=512, verbose=False) as llm:
+        assert len(llm.tokenize(b'<|tool_call><|"|>', add_bos=False, special=True)) == 2
+        for stream in (False, True):
+            out = llm.create_chat_completion(HI, tools=tools, grammar=forced(reply), temperature=0, max_tokens=LIMIT,
+                                             reasoning_format="auto", stream=stream)
+            if stream:
+                chunks = list(out)
+                assert streamed(chunks)[:2] == ("abc", "")
+                assert called(chunks) == [("get_weather", {"city": "Paris, FR", "days": 2})]
+            else:
+                message = out["choices"][0]["message"]
+                assert message["reasoning_content"] == "abc"
+                assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                        for c in message["tool_calls"]] == [("get_weather", {"city": "Paris, FR", "days": 2})]
 
 
 def test_a_json_response_format_comes_after_the_thinking(model_of: Callable[[str], Llama]) -> None:
