@@ -1,0 +1,118 @@
+"""The prefix-routing policy and its Ray Serve request router, without a cluster: fake replicas with routing
+statistics as ``LlamaServer.record_routing_stats`` reports them (the Ray Serve tests run it on a local cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from llama_cpp.engine.prefix_summary import block_hashes, chain_start
+from llama_cpp_server.prefix_routing import PrefixRouting, ReplicaView, RoutedPrompt, held_hashes
+from llama_cpp_server.ray_prefix_router import ROUTE_KEYWORD, PrefixRequestRouter, routed_prompt
+
+SYSTEM = list(range(100, 228))  # four blocks of 32 tokens
+
+
+def hashes(tokens: list[int]) -> tuple[str, ...]:
+    return tuple(block_hashes(tokens, chain_start("m", None)))
+
+
+def prompt(tokens: list[int], conversation: str = "") -> RoutedPrompt:
+    return RoutedPrompt("tiny", hashes(tokens), conversation)
+
+
+def view(replica_id: str, load: int, *held: list[int]) -> ReplicaView:
+    return ReplicaView(replica_id, load, {"tiny": frozenset(h for tokens in held for h in hashes(tokens))})
+
+
+def test_the_replica_holding_the_longest_prefix_comes_first() -> None:
+    policy = PrefixRouting(rng=random.Random(0))
+    replicas = [view("a", 0), view("b", 1, SYSTEM[:64]), view("c", 1, SYSTEM + [1] * 32)]
+    ranks = policy.rank(replicas, prompt(SYSTEM + [1] * 40))
+    assert ranks[0] == ["c"] and set(ranks[1]) <= {"a", "b"} and len(ranks[1]) == 2
+
+
+def test_among_equal_holders_the_least_loaded() -> None:
+    policy = PrefixRouting()
+    ranks = policy.rank([view("a", 3, SYSTEM), view("b", 1, SYSTEM), view("c", 0)], prompt(SYSTEM + [5]))
+    assert ranks[0] == ["b"]
+
+
+def test_a_holder_over_the_load_bound_loses_to_two_choices() -> None:
+    policy = PrefixRouting(load_bound=2, rng=random.Random(1))
+    ranks = policy.rank([view("a", 5, SYSTEM), view("b", 0), view("c", 1)], prompt(SYSTEM + [5]))
+    assert len(ranks) == 1 and sorted(ranks[0]) == ["b", "c"] and ranks[0][0] == "b"  # less loaded first
+
+
+def test_no_prefix_anywhere_is_two_random_choices_less_loaded_first() -> None:
+    policy = PrefixRouting(rng=random.Random(2))
+    seen = Counter()
+    for _ in range(300):
+        (rank,) = policy.rank([view("a", 0), view("b", 0), view("c", 0)], prompt([9] * 40))
+        seen.update(rank[:1])
+    assert set(seen) == {"a", "b", "c"} and min(seen.values()) > 60
+    (rank,) = policy.rank([view("a", 2), view("b", 0)], None)  # no route at all
+    assert rank == ["b", "a"]
+
+
+def test_a_conversation_sticks_to_its_replica_until_it_dies() -> None:
+    policy = PrefixRouting(rng=random.Random(3))
+    first = prompt([7] * 10, "user-1")  # too short to hold a block: no prefix says where it went
+    (rank,) = policy.rank([view("a", 0), view("b", 0)], first)
+    policy.routed(first, rank[0])
+    for _ in range(20):
+        assert policy.rank([view("a", 0), view("b", 0)], prompt([7] * 12, "user-1"))[0] == [rank[0]]
+    policy.forget(rank[0])
+    other = "b" if rank[0] == "a" else "a"
+    assert policy.rank([view(other, 0)], prompt([7] * 12, "user-1")) == [[other]]
+
+
+def test_stickiness_is_bounded() -> None:
+    policy = PrefixRouting(max_conversations=2)
+    for k in range(3):
+        policy.routed(prompt([1], f"c{k}"), "a")
+    assert [policy.rank([view("a", 4), view("b", 0)], prompt([1], f"c{k}"))[0][0] for k in range(3)] == \
+        ["b", "a", "a"]  # c0 was forgotten; the load bound (4) still allows a for the others
+
+
+def test_routing_statistics_are_read_defensively() -> None:
+    stats = {"prefixes": [{"name": "tiny", "hashes": ["x", 3, "y"]}, {"name": 5}, "junk"]}
+    assert held_hashes(stats) == {"tiny": frozenset({"x", "y"})}
+    assert held_hashes({}) == {} and held_hashes({"prefixes": "no"}) == {}
+    with pytest.raises(ValueError, match="load_bound must be at least 0"):
+        PrefixRouting(load_bound=-1)
+
+
+def replica(unique_id: str, *held: list[int]) -> Any:
+    stats = {"prefixes": [{"name": "tiny", "model": "m", "block_tokens": 32,
+                           "hashes": [h for tokens in held for h in hashes(tokens)]}]}
+    return SimpleNamespace(replica_id=SimpleNamespace(unique_id=unique_id), routing_stats=stats)
+
+
+def pending(route: Any) -> Any:
+    return SimpleNamespace(kwargs={ROUTE_KEYWORD: route} if route is not None else {})
+
+
+def test_the_serve_router_ranks_by_the_replicas_statistics_and_its_own_load_count() -> None:
+    router = PrefixRequestRouter.__new__(PrefixRequestRouter)  # the API's hooks alone, without Serve's plumbing
+    router.initialize_state(load_bound=1)
+    a, b = replica("a"), replica("b", SYSTEM)
+    route = {"model": "tiny", "hashes": list(hashes(SYSTEM + [3])), "conversation": "u"}
+    ranks = asyncio.run(router.choose_replicas([a, b], pending(route)))
+    assert ranks[0] == [b]
+    for _ in range(2):  # two requests in flight on b: over the bound, the holder loses its preference
+        router.on_request_routed(pending(route), b.replica_id, None)
+    ranks = asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "v"})))
+    assert len(ranks) == 1 and ranks[0][0] is a
+    router.on_request_completed(b.replica_id, "r1")
+    assert asyncio.run(router.choose_replicas([a, b], pending(route)))[0] == [b]  # back within the bound, sticky
+
+
+@pytest.mark.parametrize("route", [None, "x", {"model": 1}, {"model": "tiny", "hashes": [1]},
+                                   {"model": "tiny", "hashes": [], "conversation": 5}])
+def test_a_missing_or_malformed_route_is_routed_by_load(route: Any) -> None:
+    assert routed_prompt(pending(route)) is None
