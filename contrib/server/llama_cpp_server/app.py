@@ -52,6 +52,11 @@ LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 __all__ = ["create_app"]
 
 
+def error_shapes() -> errors.ErrorShapes:
+    """The error object each path answers with: OpenAI's, Anthropic's under its routes."""
+    return errors.ErrorShapes({"/v1/messages": anthropic_messages.error_shape})
+
+
 def create_app(settings: Settings | None = None, server_settings: ServerSettings | None = None,
                model_settings: list[ModelSettings] | None = None, *, pool: ModelPool | None = None) -> FastAPI:
     """The server's app for ``settings`` (everything in one), or for ``server_settings`` with
@@ -100,7 +105,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     app.state.pool = pool
     app.state.settings = server
     which_key = key_index(server.api_keys)
-    shapes = errors.ErrorShapes({"/v1/messages": anthropic_messages.error_shape})
+    shapes = error_shapes()
     errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None,
                    shapes)
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, shapes=shapes)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader, HTTPBearer
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError, ErrorShapes
@@ -120,6 +121,10 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = self.shapes.response(scope.get("path", ""), 413, "the request body is larger than this server "
-                                        f"allows ({self.max_bytes} bytes, max_body_bytes)", code="body_too_large")
-        await response(scope, receive, send)
+        await body_too_large(self.shapes, scope.get("path", ""), self.max_bytes)(scope, receive, send)
+
+
+def body_too_large(shapes: ErrorShapes, path: str, max_bytes: int) -> Response:
+    """The 413 of a body over ``max_bytes``, in the error shape of ``path``."""
+    return shapes.response(path, 413, f"the request body is larger than this server allows ({max_bytes} bytes, "
+                           "max_body_bytes)", code="body_too_large")

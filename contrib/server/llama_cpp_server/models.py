@@ -47,7 +47,7 @@ NOT_PASSED = frozenset({
 PASSED = tuple(name for name in ModelSettings.model_fields if name not in NOT_PASSED)
 
 
-def _chat_kwargs(model: ModelSettings) -> dict[str, Any]:
+def chat_kwargs(model: ModelSettings) -> dict[str, Any]:
     """``chat_format``, a Jinja template given as text (``chat_template``: its handler), or for the reference's
     Hugging Face formats the handler (and tokenizer) they stand for."""
     kwargs: dict[str, Any] = {}
@@ -76,7 +76,7 @@ def _chat_kwargs(model: ModelSettings) -> dict[str, Any]:
 def llama_kwargs(model: ModelSettings, server: ServerSettings) -> dict[str, Any]:
     """``Llama``'s keywords for ``model``: every setting it gave, and the server's media policy for a projector."""
     kwargs = {name: value for name in PASSED if (value := getattr(model, name)) is not None}
-    kwargs.update(_chat_kwargs(model))
+    kwargs.update(chat_kwargs(model))
     if model.cache:
         kwargs["cache"] = {"strategy": model.cache_type, "capacity_bytes": model.cache_size}
     if model.mmproj_path:

@@ -6,7 +6,8 @@ once, with the chat template the replica renders) ranks the replicas by this pol
 
 1. **Stickiness.** A conversation (the caller's key for it) goes back to the replica that served its last turn,
    which holds that turn's whole prompt and reply even before its statistics say so (they are polled), while that
-   replica is alive and within the load bound.
+   replica is alive, however loaded: moving it would cost its whole history, and the load bound already spread
+   the conversations when they started.
 2. **Prefix.** Otherwise the replica holding the most leading blocks of the prompt, if it holds any: the least
    loaded of those that hold the most.
 3. **Load.** Otherwise, or when the best holder's load exceeds the least loaded replica's by more than
@@ -95,7 +96,7 @@ class PrefixRouting:
         within = [r for r in replicas if r.load <= least + self.load_bound]
         if prompt is not None:
             sticky = self._sticky.get(prompt.conversation) if prompt.conversation else None
-            chosen = next((r for r in within if r.replica_id == sticky), None)
+            chosen = next((r for r in replicas if r.replica_id == sticky), None)
             if chosen is None:
                 depth = {r.replica_id: r.prefix_blocks(prompt) for r in within}
                 best = max(depth.values())

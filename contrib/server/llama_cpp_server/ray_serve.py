@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,17 +33,25 @@ try:
     from ray import serve
     from ray.exceptions import RayError
     from ray.serve import Application
+    from ray.serve.config import RequestRouterConfig
 except ImportError as exc:  # the extra is optional; say how to get it
     raise ImportError("llama_cpp_server.ray_serve needs Ray Serve: pip install 'llama-cpp-server[ray]'") from exc
 
 from .app import create_app
+from .ray_ingress import ForwardedRequest, ResponseStart, RoundRobinRequestRouter, RoutingIngress, run_forwarded
+from .prefix_routing import LOAD_BOUND
+from .ray_prefix_router import PrefixRequestRouter
 from .settings import Settings, load_settings
 
 REPLICA_HEADER = "X-Replica"
 APP_NAME = "llama_cpp_server"  # the Serve application the entry point runs
 
 # the Ray-side options the builders take from flags / `serve run` arguments; everything else is Settings
-_RAY_KEYS = ("num_replicas", "min_replicas", "max_replicas", "num_cpus", "num_gpus")
+_RAY_KEYS = ("num_replicas", "min_replicas", "max_replicas", "num_cpus", "num_gpus", "routing", "load_bound")
+# the request router of each routing (None: Serve's default, the power of two choices)
+ROUTERS: dict[str, type | None] = {"prefix": PrefixRequestRouter, "pow2": None, "round-robin": RoundRobinRequestRouter}
+ROUTING_STATS_PERIOD_S = 2.0  # how often Serve asks each replica for its prefixes (its default is 10 s)
+INGRESS_MAX_ONGOING = 1000  # the ingress only forwards: the replicas' own limits apply behind it
 
 
 class _ServeEdge:
@@ -79,27 +87,12 @@ class _ServeEdge:
 
 async def _get(app: ASGIApp, path: str) -> tuple[int, bytes]:
     """GET ``path`` from ``app`` in-process: the status and body (health checks reuse the app's own route)."""
-    scope: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-                    "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                    "root_path": "", "headers": [], "client": None, "server": None}
     status, body = 0, bytearray()
-    requested = False
-
-    async def receive() -> Message:
-        nonlocal requested
-        if requested:
-            return {"type": "http.disconnect"}
-        requested = True
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: Message) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            body.extend(message.get("body", b""))
-
-    await app(scope, receive, send)
+    async for part in run_forwarded(app, ForwardedRequest("GET", path, b"", (), b"")):
+        if isinstance(part, ResponseStart):
+            status = part.status
+        else:
+            body.extend(part)
     return status, bytes(body)
 
 
@@ -119,6 +112,14 @@ class LlamaServer:
             raise RuntimeError(f"loading {pool.names[0]!r} failed: {pool.failure}")
         app.add_middleware(_ServeEdge, replica=serve.get_replica_context().replica_tag)
         self.server_app = app
+
+    async def forward(self, request: ForwardedRequest, llama_cpp_route: Any = None,
+                      ) -> AsyncIterator[ResponseStart | bytes]:
+        """A request the routing ingress sends (:mod:`.ray_ingress`), answered by the app as an HTTP request
+        is: its :class:`ResponseStart`, then its body as it is made.  ``llama_cpp_route`` is for the request
+        router (:mod:`.ray_prefix_router`), which read it before the request got here."""
+        async for part in run_forwarded(self.server_app, request):
+            yield part
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """The app Serve runs (its lifespan, which closes the model pool at shutdown, included)."""
@@ -148,14 +149,22 @@ class LlamaServer:
 
 
 def deployment(settings: Settings, *, num_replicas: int | None = None, autoscaling: Mapping[str, Any] | None = None,
-               ray_actor_options: Mapping[str, Any] | None = None, **options: Any) -> Application:
+               ray_actor_options: Mapping[str, Any] | None = None, routing: str | None = None,
+               load_bound: int = LOAD_BOUND, routing_stats_period_s: float = ROUTING_STATS_PERIOD_S,
+               **options: Any) -> Application:
     """The bound Serve application for ``settings``: ``num_replicas`` replicas (default 1), or Serve's
     ``autoscaling`` config (``target_ongoing_requests`` defaults to the model's ``n_seq_max``; give
     ``min_replicas`` and ``max_replicas``).  ``ray_actor_options`` are each replica's resources (e.g.
     ``{"num_cpus": 4, "num_gpus": 1}``: Ray places replicas by them and gives each its GPUs; without
     ``num_gpus`` Ray does not count a replica's GPU use, so replicas on one node would share its GPUs);
     other ``options`` go to ``Deployment.options`` and win over the sizing described in the module's
-    docstring (``max_ongoing_requests``, ``max_queued_requests``, ``health_check_period_s``...)."""
+    docstring (``max_ongoing_requests``, ``max_queued_requests``, ``health_check_period_s``...).
+
+    ``routing`` puts the routing ingress (:mod:`.ray_ingress`) in front of the replicas: ``"prefix"`` (the
+    replica holding the prompt's prefix, :mod:`.prefix_routing`; ``load_bound`` requests in flight beyond the
+    least loaded replica at most, the replicas' prefixes read every ``routing_stats_period_s``), ``"pow2"``
+    (Serve's power of two choices) or ``"round-robin"``.  None (the default): no ingress, Serve's proxy routes
+    to the replicas by queue length."""
     if num_replicas is not None and autoscaling is not None:
         raise ValueError("num_replicas and autoscaling exclude each other (autoscaling has min_replicas, "
                          "max_replicas and initial_replicas)")
@@ -171,7 +180,20 @@ def deployment(settings: Settings, *, num_replicas: int | None = None, autoscali
         sizing["num_replicas"] = 1 if num_replicas is None else num_replicas
     if ray_actor_options is not None:
         sizing["ray_actor_options"] = dict(ray_actor_options)
-    return LlamaServer.options(**{**sizing, **options}).bind(settings)  # type: ignore[attr-defined]  # a Deployment, not the class
+    if routing is None:
+        return LlamaServer.options(**{**sizing, **options}).bind(settings)  # type: ignore[attr-defined]  # a Deployment, not the class
+    if routing not in ROUTERS:
+        raise ValueError(f"routing must be one of {', '.join(ROUTERS)}, got {routing!r}")
+    router: dict[str, Any] = {"request_routing_stats_period_s": routing_stats_period_s}
+    if ROUTERS[routing] is not None:
+        router["request_router_class"] = ROUTERS[routing]
+    if routing == "prefix":
+        router["request_router_kwargs"] = {"load_bound": load_bound}
+    sizing["request_router_config"] = RequestRouterConfig(**router)
+    server = LlamaServer.options(**{**sizing, **options}).bind(settings)  # type: ignore[attr-defined]
+    # the ingress reserves no CPU: it waits on the network, and a CPU it held would be one no replica can have
+    return RoutingIngress.options(max_ongoing_requests=INGRESS_MAX_ONGOING,  # type: ignore[attr-defined]
+                                  ray_actor_options={"num_cpus": 0}).bind(server, settings)
 
 
 def _build(ray_args: Mapping[str, Any], settings: Settings) -> Application:
@@ -186,8 +208,10 @@ def _build(ray_args: Mapping[str, Any], settings: Settings) -> Application:
         raise ValueError("min_replicas goes with max_replicas (autoscaling)")
     resources = {k: float(ray_args[k]) for k in ("num_cpus", "num_gpus") if ray_args.get(k) is not None}
     num_replicas = ray_args.get("num_replicas")
+    routing = {"load_bound": int(ray_args["load_bound"])} if ray_args.get("load_bound") is not None else {}
     return deployment(settings, num_replicas=None if num_replicas is None else int(num_replicas),
-                      autoscaling=autoscaling, ray_actor_options=resources or None)
+                      autoscaling=autoscaling, ray_actor_options=resources or None, routing=ray_args.get("routing"),
+                      **routing)
 
 
 def app_builder(args: dict[str, Any]) -> Application:
@@ -217,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max_replicas", type=int, help="autoscaling: the most replicas")
     parser.add_argument("--num_cpus", type=float, help="CPUs Ray reserves per replica")
     parser.add_argument("--num_gpus", type=float, help="GPUs Ray reserves per replica and makes visible to it")
+    parser.add_argument("--routing", choices=list(ROUTERS),
+                        help="put the routing ingress in front of the replicas: prefix (the replica holding the "
+                             "prompt's prefix), pow2 or round-robin (default: none, Serve's proxy by queue length)")
+    parser.add_argument("--load_bound", type=int, help=f"prefix routing: requests in flight a replica holding "
+                                                       f"the prefix may have beyond the least loaded one "
+                                                       f"(default {LOAD_BOUND})")
     args = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(args):
         print(parser.format_help())  # load_settings prints the server's flags and exits

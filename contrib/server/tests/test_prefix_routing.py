@@ -76,7 +76,7 @@ def test_stickiness_is_bounded() -> None:
     for k in range(3):
         policy.routed(prompt([1], f"c{k}"), "a")
     assert [policy.rank([view("a", 4), view("b", 0)], prompt([1], f"c{k}"))[0][0] for k in range(3)] == \
-        ["b", "a", "a"]  # c0 was forgotten; the load bound (4) still allows a for the others
+        ["b", "a", "a"]  # c0 was forgotten: the less loaded; the others stick
 
 
 def test_routing_statistics_are_read_defensively() -> None:
@@ -108,11 +108,23 @@ def test_the_serve_router_ranks_by_the_replicas_statistics_and_its_own_load_coun
         router.on_request_routed(pending(route), b.replica_id, None)
     ranks = asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "v"})))
     assert len(ranks) == 1 and ranks[0][0] is a
+    assert asyncio.run(router.choose_replicas([a, b], pending(route)))[0] == [b]  # "u" sticks, however loaded
     router.on_request_completed(b.replica_id, "r1")
-    assert asyncio.run(router.choose_replicas([a, b], pending(route)))[0] == [b]  # back within the bound, sticky
+    router.on_request_completed(b.replica_id, "r2")
+    assert asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "w"})))[0] == [b]
 
 
 @pytest.mark.parametrize("route", [None, "x", {"model": 1}, {"model": "tiny", "hashes": [1]},
                                    {"model": "tiny", "hashes": [], "conversation": 5}])
 def test_a_missing_or_malformed_route_is_routed_by_load(route: Any) -> None:
     assert routed_prompt(pending(route)) is None
+
+
+def test_an_unknown_routing_is_refused_naming_the_known_ones(tmp_path: Any) -> None:
+    from llama_cpp_server import Settings
+    from llama_cpp_server.ray_serve import app_builder, deployment
+
+    with pytest.raises(ValueError, match="routing must be one of prefix, pow2, round-robin, got 'fastest'"):
+        deployment(Settings(model=str(tmp_path / "m.gguf")), routing="fastest")
+    with pytest.raises(ValueError, match="routing must be one of"):
+        app_builder({"model": str(tmp_path / "m.gguf"), "routing": "fastest"})

@@ -20,6 +20,8 @@ from typing import Any, Iterable, Sequence
 
 import attrs
 
+from .._adapters import NO_ADAPTERS
+
 BLOCK_TOKENS = 32
 MAX_HASHES = 4096
 
@@ -42,6 +44,13 @@ def block_hashes(tokens: Sequence[int], start: bytes, block_tokens: int = BLOCK_
                                    digest_size=8).digest()
         out.append(previous.hex())
     return out
+
+
+def prompt_hashes(model: str, tokens: Sequence[int], adapters: Any = NO_ADAPTERS,
+                  block_tokens: int = BLOCK_TOKENS) -> list[str]:
+    """A prompt's block hashes as the summary of an engine of ``model`` (its fingerprint) would list them once it
+    held the prompt, evaluated under ``adapters`` (default: none): what a router matches against summaries."""
+    return block_hashes(tokens, chain_start(model, adapters), block_tokens)
 
 
 @attrs.frozen
