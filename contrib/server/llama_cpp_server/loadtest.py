@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
+from .responses import REPLICA_HEADER
+
 TOPICS = ("rivers", "mountains", "trains", "bridges", "gardens", "markets", "libraries", "harbours", "deserts",
           "forests", "islands", "museums", "bakeries", "lighthouses", "orchards", "observatories")
 
@@ -63,6 +65,8 @@ class RequestResult:
     streamed_tokens: int = 0  # logprob entries when the request asked for them (one per token), else text chunks
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_evaluated: int | None = None  # of the prompt tokens, those the server evaluated (its timings' prompt_n)
+    replica: str | None = None  # the replica that answered (Ray Serve's X-Replica header), when there is one
     error: str | None = None
 
 
@@ -122,6 +126,7 @@ async def _read_stream(client: httpx.AsyncClient, path: str, index: int, body: d
     pieces: list[str] = []
     try:
         async with client.stream("POST", path, json=body) as response:
+            result.replica = response.headers.get(REPLICA_HEADER)
             if response.status_code != 200:
                 await response.aread()
                 result.error = f"HTTP {response.status_code}: {response.text[:500]}"
@@ -158,6 +163,9 @@ def _chat_event(event: dict[str, Any], result: RequestResult) -> str:
     usage = event.get("usage")
     if usage:
         result.prompt_tokens, result.completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+    timings = event.get("timings")
+    if timings:
+        result.prompt_evaluated = timings.get("prompt_n")
     return "".join(texts)
 
 
@@ -212,6 +220,51 @@ async def run_load(base_url: str, bodies: Sequence[dict[str, Any]], concurrency:
 def run(base_url: str, bodies: Sequence[dict[str, Any]], concurrency: int, **kwargs: Any) -> LoadReport:
     """:func:`run_load` from synchronous code."""
     return asyncio.run(run_load(base_url, bodies, concurrency, **kwargs))
+
+
+def shared_system_prompts(count: int, rules: int = 40) -> list[str]:
+    """``count`` long system prompts (about ten tokens a rule), for conversations that share them."""
+    return [f"You are assistant number {k}. " + " ".join(f"Rule {k}.{i}: answer about topic {i} politely."
+                                                         for i in range(rules)) for k in range(count)]
+
+
+async def run_conversations(base_url: str, systems: Sequence[str], users: int, turns: int, concurrency: int, *,
+                            max_tokens: int, model: str | None = None, timeout: float = 600.0,
+                            answered: Callable[[int, RequestResult], None] | None = None,
+                            ) -> tuple[LoadReport, list[list[RequestResult]]]:
+    """``users`` chats of ``turns`` turns each (user ``u`` under system prompt ``systems[u % len(systems)]``, each
+    turn's greedy reply sent back in the next), ``concurrency`` chats at once: the routing workload of a
+    multi-replica deployment.  Returns the report of every request and each user's requests in turn order;
+    ``answered(user, result)`` is told of each request as it ends."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
+    gate = asyncio.Semaphore(concurrency)
+    counter = iter(range(users * turns))
+
+    async def chat(client: httpx.AsyncClient, user: int) -> list[RequestResult]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": systems[user % len(systems)]}]
+        results = []
+        async with gate:
+            for turn in range(turns):
+                messages.append({"role": "user", "content": f"User {user} asks question {turn}."})
+                body: dict[str, Any] = {"messages": list(messages), "max_tokens": max_tokens, "temperature": 0.0,
+                                        "stream": True, "stream_options": {"include_usage": True}}
+                if model is not None:
+                    body["model"] = model
+                result = await stream_chat(client, next(counter), body)
+                results.append(result)
+                if answered is not None:
+                    answered(user, result)
+                if result.error is not None:
+                    break
+                messages.append({"role": "assistant", "content": result.text})
+        return results
+
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=httpx.Timeout(timeout)) as client:
+        start = time.perf_counter()
+        per_user = await asyncio.gather(*(chat(client, u) for u in range(users)))
+        seconds = time.perf_counter() - start
+    flat = sorted((r for results in per_user for r in results), key=lambda r: r.index)
+    return LoadReport(flat, seconds, concurrency), list(per_user)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,9 @@ once, with the chat template the replica renders) ranks the replicas by this pol
    replica is alive, however loaded: moving it would cost its whole history, and the load bound already spread
    the conversations when they started.
 2. **Prefix.** Otherwise the replica holding the most leading blocks of the prompt, if it holds any: the least
-   loaded of those that hold the most.
+   loaded of those that hold the most.  What a replica holds is what its statistics say, and the blocks of the
+   prompts sent to it in the last ``sent_seconds`` (the statistics are polled: the second user of a system
+   prompt, a moment after the first, should find it where the first went).
 3. **Load.** Otherwise, or when the best holder's load exceeds the least loaded replica's by more than
    ``load_bound`` requests in flight, the power of two choices among the replicas within that bound: two at
    random, the less loaded first.
@@ -23,7 +25,8 @@ from __future__ import annotations
 
 import collections
 import random
-from typing import Mapping, Sequence
+import time
+from typing import Callable, Container, Mapping, Sequence
 
 import attrs
 
@@ -31,6 +34,10 @@ import attrs
 LOAD_BOUND = 4
 #: Conversations remembered for stickiness (the least recently routed are forgotten first).
 MAX_CONVERSATIONS = 100_000
+#: How long the blocks of a prompt sent to a replica count as held there without its statistics saying so (two of
+#: Serve's statistics periods), and how many of them are remembered per replica.
+SENT_SECONDS = 20.0
+MAX_SENT_HASHES = 4096
 
 
 @attrs.frozen
@@ -52,12 +59,13 @@ class ReplicaView:
     load: int
     held: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
 
-    def prefix_blocks(self, prompt: RoutedPrompt) -> int:
-        """How many leading blocks of the prompt this replica holds."""
+    def prefix_blocks(self, prompt: RoutedPrompt, sent: Container[str] = ()) -> int:
+        """How many leading blocks of the prompt this replica holds (by its statistics, or by ``sent``: the
+        blocks of prompts sent to it since)."""
         known = self.held.get(prompt.model, frozenset())
         n = 0
         for value in prompt.hashes:
-            if value not in known:
+            if value not in known and value not in sent:
                 break
             n += 1
         return n
@@ -78,7 +86,8 @@ class PrefixRouting:
     """The policy (see the module's docstring); one per router, not thread-safe (a router runs on one loop)."""
 
     def __init__(self, load_bound: int = LOAD_BOUND, max_conversations: int = MAX_CONVERSATIONS,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, sent_seconds: float = SENT_SECONDS,
+                 max_sent_hashes: int = MAX_SENT_HASHES, clock: Callable[[], float] = time.monotonic) -> None:
         if load_bound < 0:
             raise ValueError(f"load_bound must be at least 0, got {load_bound}")
         if max_conversations < 0:
@@ -87,6 +96,11 @@ class PrefixRouting:
         self.max_conversations = max_conversations
         self._rng = rng or random.Random()
         self._sticky: collections.OrderedDict[str, str] = collections.OrderedDict()  # conversation -> replica
+        # replica -> the block hashes of prompts sent to it and when, the most recent last
+        self._sent: dict[str, collections.OrderedDict[str, float]] = {}
+        self.sent_seconds = sent_seconds
+        self.max_sent_hashes = max_sent_hashes
+        self._clock = clock
 
     def rank(self, replicas: Sequence[ReplicaView], prompt: RoutedPrompt | None) -> list[list[str]]:
         """Replica ids in ranks, the most preferred first (Serve tries a rank's replicas, then the next rank's)."""
@@ -98,7 +112,7 @@ class PrefixRouting:
             sticky = self._sticky.get(prompt.conversation) if prompt.conversation else None
             chosen = next((r for r in replicas if r.replica_id == sticky), None)
             if chosen is None:
-                depth = {r.replica_id: r.prefix_blocks(prompt) for r in within}
+                depth = {r.replica_id: r.prefix_blocks(prompt, self._recent(r.replica_id)) for r in within}
                 best = max(depth.values())
                 if best > 0:
                     chosen = min((r for r in within if depth[r.replica_id] == best), key=lambda r: r.load)
@@ -108,8 +122,17 @@ class PrefixRouting:
         return self._two_choices(within)
 
     def routed(self, prompt: RoutedPrompt | None, replica_id: str) -> None:
-        """The request went to ``replica_id``: its conversation's next turns go there too."""
-        if prompt is None or not prompt.conversation or self.max_conversations == 0:
+        """The request went to ``replica_id``: its conversation's next turns go there too, and its prefix counts
+        as held there until the replica's statistics are read again."""
+        if prompt is None:
+            return
+        sent, now = self._sent.setdefault(replica_id, collections.OrderedDict()), self._clock()
+        for value in prompt.hashes:
+            sent[value] = now
+            sent.move_to_end(value)
+        while len(sent) > self.max_sent_hashes:
+            sent.popitem(last=False)
+        if not prompt.conversation or self.max_conversations == 0:
             return
         self._sticky[prompt.conversation] = replica_id
         self._sticky.move_to_end(prompt.conversation)
@@ -118,8 +141,20 @@ class PrefixRouting:
 
     def forget(self, replica_id: str) -> None:
         """The replica is gone: its conversations go where the policy sends them next."""
+        self._sent.pop(replica_id, None)
         for conversation in [c for c, r in self._sticky.items() if r == replica_id]:
             del self._sticky[conversation]
+
+    def _recent(self, replica_id: str) -> Container[str]:
+        """The block hashes sent to the replica within ``sent_seconds`` (older ones are in its statistics by now,
+        or were evicted there)."""
+        sent = self._sent.get(replica_id)
+        if not sent:
+            return ()
+        horizon = self._clock() - self.sent_seconds
+        while sent and next(iter(sent.values())) < horizon:
+            sent.popitem(last=False)
+        return sent
 
     def _two_choices(self, replicas: list[ReplicaView]) -> list[list[str]]:
         if not replicas:
@@ -129,4 +164,4 @@ class PrefixRouting:
         return [[r.replica_id for r in pair]]
 
 
-__all__ = ["LOAD_BOUND", "MAX_CONVERSATIONS", "PrefixRouting", "ReplicaView", "RoutedPrompt", "held_hashes"]
+__all__ = ["LOAD_BOUND", "MAX_CONVERSATIONS", "MAX_SENT_HASHES", "SENT_SECONDS", "PrefixRouting", "ReplicaView", "RoutedPrompt", "held_hashes"]

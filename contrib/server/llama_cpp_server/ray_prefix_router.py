@@ -15,7 +15,8 @@ from typing import Any, List, Optional
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from .prefix_routing import LOAD_BOUND, MAX_CONVERSATIONS, PrefixRouting, ReplicaView, RoutedPrompt, held_hashes
+from .prefix_routing import (LOAD_BOUND, MAX_CONVERSATIONS, SENT_SECONDS, PrefixRouting, ReplicaView, RoutedPrompt,
+                             held_hashes)
 
 #: The handle-call keyword that carries a request's route.
 ROUTE_KEYWORD = "llama_cpp_route"
@@ -36,11 +37,11 @@ def routed_prompt(request: Optional[PendingRequest]) -> RoutedPrompt | None:
 
 class PrefixRequestRouter(FIFOMixin, RequestRouter):
     """Serve's request router for ``llama_cpp_server`` replicas; its ``request_router_kwargs`` are
-    ``load_bound`` and ``max_conversations`` (:class:`.prefix_routing.PrefixRouting`)."""
+    ``load_bound``, ``max_conversations`` and ``sent_seconds`` (:class:`.prefix_routing.PrefixRouting`)."""
 
     def initialize_state(self, load_bound: int = LOAD_BOUND, max_conversations: int = MAX_CONVERSATIONS,
-                         **kwargs: Any) -> None:
-        self.policy = PrefixRouting(load_bound, max_conversations)
+                         sent_seconds: float = SENT_SECONDS, **kwargs: Any) -> None:
+        self.policy = PrefixRouting(load_bound, max_conversations, sent_seconds=sent_seconds)
         self.in_flight: collections.Counter[str] = collections.Counter()
 
     async def choose_replicas(self, candidate_replicas: List[RunningReplica],

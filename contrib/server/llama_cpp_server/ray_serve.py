@@ -38,12 +38,12 @@ except ImportError as exc:  # the extra is optional; say how to get it
     raise ImportError("llama_cpp_server.ray_serve needs Ray Serve: pip install 'llama-cpp-server[ray]'") from exc
 
 from .app import create_app
+from .responses import REPLICA_HEADER
 from .ray_ingress import ForwardedRequest, ResponseStart, RoundRobinRequestRouter, RoutingIngress, run_forwarded
 from .prefix_routing import LOAD_BOUND
 from .ray_prefix_router import PrefixRequestRouter
 from .settings import Settings, load_settings
 
-REPLICA_HEADER = "X-Replica"
 APP_NAME = "llama_cpp_server"  # the Serve application the entry point runs
 
 # the Ray-side options the builders take from flags / `serve run` arguments; everything else is Settings
@@ -188,7 +188,7 @@ def deployment(settings: Settings, *, num_replicas: int | None = None, autoscali
     if ROUTERS[routing] is not None:
         router["request_router_class"] = ROUTERS[routing]
     if routing == "prefix":
-        router["request_router_kwargs"] = {"load_bound": load_bound}
+        router["request_router_kwargs"] = {"load_bound": load_bound, "sent_seconds": 2 * routing_stats_period_s}
     sizing["request_router_config"] = RequestRouterConfig(**router)
     server = LlamaServer.options(**{**sizing, **options}).bind(settings)  # type: ignore[attr-defined]
     # the ingress reserves no CPU: it waits on the network, and a CPU it held would be one no replica can have

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 REF = "#/components/schemas/{model}"
+#: The header naming the replica that answered, on a Ray Serve deployment's answers.
+REPLICA_HEADER = "X-Replica"
 
 
 class _Out(BaseModel):

@@ -128,3 +128,15 @@ def test_an_unknown_routing_is_refused_naming_the_known_ones(tmp_path: Any) -> N
         deployment(Settings(model=str(tmp_path / "m.gguf")), routing="fastest")
     with pytest.raises(ValueError, match="routing must be one of"):
         app_builder({"model": str(tmp_path / "m.gguf"), "routing": "fastest"})
+
+
+def test_a_prefix_just_sent_counts_as_held_until_the_statistics_have_had_time() -> None:
+    now = [0.0]
+    policy = PrefixRouting(rng=random.Random(4), sent_seconds=5.0, clock=lambda: now[0])
+    first = prompt(SYSTEM + [1] * 8, "user-1")
+    policy.routed(first, "b")  # the statistics do not show it yet
+    second = prompt(SYSTEM + [2] * 8, "user-2")
+    assert policy.rank([view("a", 0), view("b", 0), view("c", 0)], second)[0] == ["b"]
+    now[0] = 6.0  # by now b's statistics hold it, or b let it go: no preference left, two random choices
+    ranks = policy.rank([view("a", 0), view("b", 0), view("c", 0)], second)
+    assert len(ranks) == 1 and len(ranks[0]) == 2

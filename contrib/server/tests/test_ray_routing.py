@@ -1,6 +1,7 @@
 """Prefix-aware routing on a local Ray cluster: three replicas of the tiny model behind the routing ingress, the
 issue's workload (6 system prompts of about 400 tokens shared by 48 users, 3 turns each, 6 at a time), routed by
-prefix and by Serve's power of two choices in the same test.
+prefix and by Serve's power of two choices in the same test (``llama_cpp_server.loadtest.run_conversations``, the
+workload of the benchmark's case (j)).
 
 What each policy cost is the prompt tokens the replicas evaluated, summed from the answers' ``timings``
 (llama-server's ``prompt_n``); which replica answered is its ``X-Replica`` header.
@@ -8,38 +9,40 @@ What each policy cost is the prompt tokens the replicas evaluated, summed from t
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import socket
 import statistics
-from collections import Counter, defaultdict
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
 from llama_cpp_server import Settings  # noqa: E402
-from llama_cpp_server.ray_serve import REPLICA_HEADER, deployment  # noqa: E402
+from llama_cpp_server.loadtest import RequestResult, run_conversations, shared_system_prompts  # noqa: E402
+from llama_cpp_server.ray_serve import deployment  # noqa: E402
 
 REPLICAS = 3
 USERS = 48
 TURNS = 3
-SYSTEMS = [f"You are assistant number {k}. " + " ".join(f"Rule {k}.{i}: answer about topic {i} politely."
-                                                        for i in range(40)) for k in range(6)]
+SYSTEMS = shared_system_prompts(6)
 
 
-def settings(path: Path) -> Settings:
-    return Settings(model=str(path), model_alias="tiny", n_ctx=4096, n_seq_max=4, n_threads=1, n_threads_batch=1)
+def serve_routed(path: Path, routing: str) -> None:
+    settings = Settings(model=str(path), model_alias="tiny", n_ctx=4096, n_seq_max=4, n_threads=1, n_threads_batch=1)
+    serve.run(deployment(settings, num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5}, routing=routing,
+                         load_bound=1, routing_stats_period_s=0.5), name="routing", route_prefix="/")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[int]:
-    """A local Ray with Serve's proxy on a free port (the port is yielded); shut down after."""
+def base() -> Iterator[str]:
+    """A local Ray with Serve's proxy on a free port (its URL is yielded); shut down after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -48,90 +51,70 @@ def cluster() -> Iterator[int]:
              runtime_env={"env_vars": guards})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        yield port
+        yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
         ray.shutdown()
 
 
-def run_workload(base: str, answered: Callable[[int, str], None] = lambda user, replica: None,
-                 ) -> tuple[int, dict[int, list[str]], Counter[str]]:
-    """The issue's workload through ``base``: (prompt tokens evaluated, each user's replicas turn by turn,
-    requests per replica); ``answered(user, replica)`` is told of each answer as it comes."""
-    evaluated = 0
-    replicas: dict[int, list[str]] = defaultdict(list)
-    per_replica: Counter[str] = Counter()
-
-    def conversation(user: int) -> list[tuple[str, int]]:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEMS[user % len(SYSTEMS)]}]
-        seen = []
-        with httpx.Client(timeout=120) as client:
-            for turn in range(TURNS):
-                messages.append({"role": "user", "content": f"User {user} asks question {turn}."})
-                reply = client.post(f"{base}/v1/chat/completions", json={
-                    "model": "tiny", "messages": messages, "max_tokens": 4, "temperature": 0})
-                assert reply.status_code == 200, reply.text
-                body = reply.json()
-                messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
-                seen.append((reply.headers[REPLICA_HEADER], body["timings"]["prompt_n"]))
-                answered(user, reply.headers[REPLICA_HEADER])
-        return seen
-
-    with concurrent.futures.ThreadPoolExecutor(6) as pool:
-        for user, seen in enumerate(pool.map(conversation, range(USERS))):
-            for replica, prompt_n in seen:
-                replicas[user].append(replica)
-                per_replica[replica] += 1
-                evaluated += prompt_n
-    return evaluated, replicas, per_replica
+def conversations(base: str, answered: Any = None) -> list[list[RequestResult]]:
+    report, per_user = asyncio.run(run_conversations(base, SYSTEMS, USERS, TURNS, 6, max_tokens=4, model="tiny",
+                                                     answered=answered))
+    assert not report.errors, report.errors[0].error
+    return per_user
 
 
-def test_prefix_routing_evaluates_half_the_prompt_tokens_of_pow2(cluster: int, chat_model_path: Path) -> None:
-    base = f"http://127.0.0.1:{cluster}"
-    results = {}
+def test_prefix_routing_evaluates_half_the_prompt_tokens_of_pow2(base: str, chat_model_path: Path) -> None:
+    evaluated, placed = {}, {}
     for routing in ("pow2", "prefix"):
-        app = deployment(settings(chat_model_path), num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5},
-                         routing=routing, load_bound=0, routing_stats_period_s=0.5)
-        serve.run(app, name="routing", route_prefix="/")
+        serve_routed(chat_model_path, routing)
         try:
-            results[routing] = run_workload(base)
+            per_user = conversations(base)
         finally:
             serve.delete("routing")
-    (pow2_tokens, _, _), (prefix_tokens, placed, per_replica) = results["pow2"], results["prefix"]
-    assert prefix_tokens <= 0.5 * pow2_tokens, (prefix_tokens, pow2_tokens)
-    assert all(len(set(turns)) == 1 for turns in placed.values()), placed  # every conversation on one replica
+        evaluated[routing] = sum(r.prompt_evaluated or 0 for results in per_user for r in results)
+        placed[routing] = [[r.replica for r in results] for results in per_user]
+    assert 0 < evaluated["prefix"] <= 0.5 * evaluated["pow2"], evaluated
+    assert all(len(set(turns)) == 1 for turns in placed["prefix"]), placed["prefix"]  # each chat on one replica
+    per_replica = Counter(replica for turns in placed["prefix"] for replica in turns)
     assert len(per_replica) == REPLICAS
     assert max(per_replica.values()) <= 1.5 * statistics.mean(per_replica.values()), per_replica
 
 
-def test_a_replica_killed_mid_run_loses_no_request(cluster: int, chat_model_path: Path) -> None:
-    """Non-streamed requests: one in progress at the killed replica had sent nothing yet, so the ingress sends it
-    again; the dead replica's conversations go on elsewhere."""
-    app = deployment(settings(chat_model_path), num_replicas=REPLICAS, ray_actor_options={"num_cpus": 0.5},
-                     routing="prefix", load_bound=0, routing_stats_period_s=0.5)
-    serve.run(app, name="routing", route_prefix="/")
-    turns: dict[int, list[str]] = defaultdict(list)
+def test_a_replica_killed_mid_run_loses_no_request(base: str, chat_model_path: Path) -> None:
+    """Streamed requests: one in progress at the killed replica had not started streaming (the tiny model's
+    prompt and first token take milliseconds, so most have), or had: the first are sent again by the ingress,
+    and every chat the dead replica was in the middle of goes on elsewhere."""
+    serve_routed(chat_model_path, "prefix")
+    turns: dict[int, list[str | None]] = {}
     killed: list[str] = []
-    cut_short: list[int] = []  # the conversations the dead replica was in the middle of
+    cut_short: list[int] = []  # the chats the dead replica was in the middle of
     lock = threading.Lock()
 
-    def answered(user: int, replica: str) -> None:
+    def answered(user: int, result: RequestResult) -> None:
         with lock:
-            turns[user].append(replica)
+            turns.setdefault(user, []).append(result.replica)
             if sum(map(len, turns.values())) < USERS or killed:
                 return
-            # a third of the way: kill the replica in the middle of the most conversations
-            open_on = Counter(t[-1] for t in turns.values() if len(t) < TURNS)
-            victim = open_on.most_common(1)[0][0]
+            # a third of the way: kill the replica in the middle of the most chats
+            victim = Counter(t[-1] for t in turns.values() if len(t) < TURNS).most_common(1)[0][0]
+            assert victim is not None
             killed.append(victim)
             cut_short.extend(u for u, t in turns.items() if len(t) < TURNS and t[-1] == victim)
-            ray.kill(ray.get_actor(f"SERVE_REPLICA::routing#llama_cpp_server#{victim}", namespace="serve"),
-                     no_restart=True)
+            name = f"SERVE_REPLICA::routing#llama_cpp_server#{victim}"
+            ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+            deadline = time.monotonic() + 30  # (the chats wait meanwhile: this runs on their event loop)
+            while time.monotonic() < deadline:  # until it is gone: a kill takes effect a moment later
+                try:
+                    ray.get_actor(name, namespace="serve")
+                except ValueError:
+                    break
+                time.sleep(0.05)
 
     try:
-        _, placed, per_replica = run_workload(f"http://127.0.0.1:{cluster}", answered)  # asserts every answer is 200
+        per_user = conversations(base, answered)  # asserts that no request failed
     finally:
         serve.delete("routing")
-    assert killed and cut_short and sum(per_replica.values()) == USERS * TURNS
-    for user in cut_short:  # finished elsewhere, and never back on the dead replica
-        assert len(placed[user]) == TURNS and placed[user][-1] != killed[0], placed[user]
+    assert killed and cut_short and sum(map(len, per_user)) == USERS * TURNS
+    for user in cut_short:  # finished elsewhere
+        assert per_user[user][-1].replica != killed[0], [r.replica for r in per_user[user]]
