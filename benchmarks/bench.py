@@ -24,7 +24,12 @@ Prints one table of ratios (ours / native); higher is better, 1.0 is parity.
     tokens at once, n_seq_max=4): aggregate generation rate under fair-share against fcfs on the same
     workload, both ours (fairness, preemption included, must not cost throughput; the bar is 0.95).
 
-Run with ``nox -s bench``; ``nox -s bench -- f h`` runs those cases alone (any of a b c d e f f2 g h i k).
+(j) SmolLM2 on 3 Ray Serve replicas sharing this machine's cores (1 thread each), behind the routing ingress:
+    48 chats of 3 turns over 6 shared system prompts of about 400 tokens, 6 chats at a time, routed by prefix
+    against Serve's power of two choices: time to first token p50 (the bar: prefix <= 0.6x pow2), aggregate
+    tokens/s, and the prompt tokens the replicas evaluated.
+
+Run with ``nox -s bench``; ``nox -s bench -- f h`` runs those cases alone (any of a b c d e f f2 g h i j k).
 ``--gpu-layers N`` offloads N layers on both sides (llama.cpp built with a GPU backend, docs/performance.md).
 """
 
@@ -377,6 +382,62 @@ def server_case(smol: Path, route: str = "chat") -> None:
           f"{_median(native):9.1f} {ratio:6.3f} {bar:5.2f} {'ok' if ratio >= bar else 'LOW'}")
 
 
+ROUTING_REPLICAS = 3
+ROUTING_USERS, ROUTING_TURNS, ROUTING_CONCURRENCY, ROUTING_TOKENS = 48, 3, 6, 16
+
+
+def routing_case(smol: Path) -> None:
+    """(j): see the module's docstring.  One local Ray (this machine's cores), the same workload routed by Serve's
+    power of two choices, then by prefix, each through the routing ingress on fresh replicas.  Prints its own
+    table; the bar is on the time to first token (lower is better)."""
+    import asyncio
+
+    import ray
+    from llama_cpp_server import Settings
+    from llama_cpp_server.loadtest import LoadReport, run_conversations, shared_system_prompts
+    from llama_cpp_server.ray_serve import deployment
+    from ray import serve
+
+    settings = Settings(model=str(smol), model_alias="smollm2", n_ctx=4096, n_seq_max=4, n_threads=1,
+                        n_threads_batch=1)
+    systems = shared_system_prompts(6)
+    port = _free_port()
+    ray.init(address="local", num_cpus=THREADS, include_dashboard=False, object_store_memory=100 << 20,
+             logging_level="ERROR", log_to_driver=False)
+    reports: dict[str, LoadReport] = {}
+    evaluated: dict[str, int] = {}
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        for routing in ("pow2", "prefix"):
+            serve.run(deployment(settings, num_replicas=ROUTING_REPLICAS, routing=routing,
+                                 ray_actor_options={"num_cpus": THREADS / ROUTING_REPLICAS}),
+                      name="bench-j", route_prefix="/")
+            try:
+                report, _ = asyncio.run(run_conversations(
+                    f"http://127.0.0.1:{port}", systems, ROUTING_USERS, ROUTING_TURNS, ROUTING_CONCURRENCY,
+                    max_tokens=ROUTING_TOKENS, model="smollm2"))
+            finally:
+                serve.delete("bench-j")
+            if report.errors:
+                sys.exit(f"(j) {routing}: {len(report.errors)} errors: {report.errors[0].error}")
+            reports[routing] = report
+            evaluated[routing] = sum(r.prompt_evaluated or 0 for r in report.results)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    print(f"\n(j) SmolLM2 on {ROUTING_REPLICAS} Ray Serve replicas (1 thread each, {THREADS} cores), {ROUTING_USERS} "
+          f"chats of {ROUTING_TURNS} turns over 6 shared system prompts, {ROUTING_CONCURRENCY} at a time, "
+          f"{ROUTING_TOKENS} tokens a turn")
+    print(f"{'routing':8} {'TTFT p50':>9} {'p99':>7} {'tokens/s':>9} {'prompt tokens':>14} {'evaluated':>10}")
+    for routing, report in reports.items():
+        prompt_tokens = sum(r.prompt_tokens or 0 for r in report.results)
+        print(f"{routing:8} {report.ttft(50):9.3f} {report.ttft(99):7.3f} {report.tokens_per_second:9.1f} "
+              f"{prompt_tokens:14d} {evaluated[routing]:10d}")
+    ratio = reports["prefix"].ttft(50) / reports["pow2"].ttft(50)
+    print(f"{'(j) prefix routing TTFT p50 / pow2 (lower is better)':52} {reports['prefix'].ttft(50):9.3f} "
+          f"{reports['pow2'].ttft(50):9.3f} {ratio:6.3f} {0.6:5.2f} {'ok' if ratio <= 0.6 else 'HIGH'}")
+
+
 CACHE_PROMPT_TOKENS = 1500
 HIT_REPEATS = 3
 
@@ -644,7 +705,7 @@ def parallel_case(smol: Path) -> None:
     _row("(e) SmolLM2, 8 concurrent streams vs batched-bench S_TG", ours, native, 0.90)
 
 
-CASES = ("a", "b", "c", "d", "e", "f", "f2", "h", "i", "k", "g")
+CASES = ("a", "b", "c", "d", "e", "f", "f2", "h", "i", "k", "g", "j")
 
 
 def main() -> None:
@@ -670,7 +731,7 @@ def main() -> None:
         tiny_cases(tiny)
     alone = {"c": single_sequence_case, "e": parallel_case, "f": server_case,
              "f2": lambda smol: server_case(smol, "completion"), "h": cache_case, "i": speculative_case,
-             "k": fair_share_case, "g": lambda smol: embedding_case()}
+             "k": fair_share_case, "g": lambda smol: embedding_case(), "j": routing_case}
     for case in chosen:
         if case in alone:
             alone[case](smollm2_path(quiet=True))
