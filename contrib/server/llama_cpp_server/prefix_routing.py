@@ -103,7 +103,9 @@ class PrefixRouting:
         self._clock = clock
 
     def rank(self, replicas: Sequence[ReplicaView], prompt: RoutedPrompt | None) -> list[list[str]]:
-        """Replica ids in ranks, the most preferred first (Serve tries a rank's replicas, then the next rank's)."""
+        """Replica ids in ranks of one, the most preferred first (Serve tries them in turn while the preferred
+        ones are full): the choice is the policy's, so that a router knows where a request went when it
+        chooses."""
         if not replicas:
             return []
         least = min(r.load for r in replicas)
@@ -157,11 +159,10 @@ class PrefixRouting:
         return sent
 
     def _two_choices(self, replicas: list[ReplicaView]) -> list[list[str]]:
-        if not replicas:
-            return []
+        """Two at random, the less loaded first, each a rank of its own."""
         pair = self._rng.sample(replicas, min(2, len(replicas)))
         pair.sort(key=lambda r: r.load)
-        return [[r.replica_id for r in pair]]
+        return [[r.replica_id] for r in pair]
 
 
 __all__ = ["LOAD_BOUND", "MAX_CONVERSATIONS", "MAX_SENT_HASHES", "SENT_SECONDS", "PrefixRouting", "ReplicaView", "RoutedPrompt", "held_hashes"]

@@ -12,8 +12,8 @@ prompts again.  With ``--routing prefix`` the proxy hands every request to :clas
   deployment handle with that route as the ``llama_cpp_route`` keyword, which
   :class:`~llama_cpp_server.ray_prefix_router.PrefixRequestRouter` reads;
 - streams the replica's answer back as it comes, and cancels the replica's work when the client goes away;
-- sends a request again, to another replica, when the one it went to died before answering anything (a
-  request that had started streaming is not repeated: its client has part of an answer).
+- sends a request again, to another replica, when the one it went to died before the first part of its answer's
+  body (a request that had started streaming is not repeated: its client has part of an answer).
 
 ``--routing pow2`` and ``round-robin`` use the same ingress with Serve's default router or
 :class:`RoundRobinRequestRouter`, so that routing policies can be compared on equal terms.
@@ -229,10 +229,12 @@ class RoutingIngress:
         forwarded = ForwardedRequest(request.method, request.url.path, request.url.query.encode("latin-1"),
                                      tuple(request.headers.raw), bytes(body))
         route = await run_in_threadpool(self.routes.route_of, forwarded.path, forwarded.body)
-        start, answer = await self._started(forwarded, route)
+        start, first, answer = await self._started(forwarded, route)
 
         async def body_parts() -> AsyncIterator[bytes]:
             try:
+                if first:
+                    yield first
                 async for part in answer:
                     yield part
             finally:
@@ -243,22 +245,27 @@ class RoutingIngress:
         return response
 
     async def _started(self, forwarded: ForwardedRequest, route: dict[str, Any] | None,
-                       ) -> tuple[ResponseStart, DeploymentResponseGenerator[Any]]:
-        """The request sent to a replica, and the start of its answer; sent again (the router choosing anew)
-        when the replica died before it answered anything."""
+                       ) -> tuple[ResponseStart, bytes, DeploymentResponseGenerator[Any]]:
+        """The request sent to a replica, the start of its answer and the first part of its body (b"" when it has
+        none); sent again (the router choosing anew) when the replica died before any of its body was read, so
+        that a client never gets half an answer from a retry."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             stream = self.server.options(stream=True).forward.remote(forwarded, llama_cpp_route=route)
             assert isinstance(stream, DeploymentResponseGenerator)
             try:
                 start = await stream.__anext__()
+                try:
+                    first = await stream.__anext__()
+                except StopAsyncIteration:
+                    first = b""
             except (RayActorError, ActorUnavailableError):
                 stream.cancel()  # type: ignore[no-untyped-call]  # Ray's cancel() has no annotations
                 if attempt == MAX_ATTEMPTS:
                     raise
                 await asyncio.sleep(RETRY_WAIT_S * 2 ** (attempt - 1))
                 continue
-            assert isinstance(start, ResponseStart)
-            return start, stream
+            assert isinstance(start, ResponseStart) and isinstance(first, bytes)
+            return start, first, stream
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 

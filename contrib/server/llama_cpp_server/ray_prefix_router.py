@@ -4,8 +4,8 @@ prefixes it holds, read from its routing statistics (``LlamaServer.record_routin
 A caller that routes by prefix passes the prompt's route as the keyword :data:`ROUTE_KEYWORD` of its handle call:
 ``{"model": name, "hashes": [...], "conversation": key}`` (the prompt's block hashes, computed once with the
 replica's own tokenizer and chat template); a request without it is routed by load alone (power of two choices).
-The load is the router's own count of the requests it sent each replica that have not completed, so that it
-needs nothing but the API's hooks.
+The load is the router's own count of the requests sent to each replica that have not completed (the API's
+``on_send_request`` and ``on_request_completed`` hooks).
 """
 
 from __future__ import annotations
@@ -46,14 +46,24 @@ class PrefixRequestRouter(FIFOMixin, RequestRouter):
 
     async def choose_replicas(self, candidate_replicas: List[RunningReplica],
                               pending_request: Optional[PendingRequest] = None) -> List[List[RunningReplica]]:
+        """The policy's ranks; its first choice is taken as where the request goes (Serve tells a router
+        where a request went only on some of its paths), corrected by :meth:`on_request_routed` when Serve
+        does tell."""
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         views = [ReplicaView(key, self.in_flight[key], held_hashes(replica.routing_stats or {}))
                  for key, replica in by_id.items()]
-        return [[by_id[key] for key in rank] for rank in self.policy.rank(views, routed_prompt(pending_request))]
+        prompt = routed_prompt(pending_request)
+        ranks = self.policy.rank(views, prompt)
+        if ranks:
+            self.policy.routed(prompt, ranks[0][0])
+        return [[by_id[key] for key in rank] for rank in ranks]
+
+    def on_send_request(self, replica_id: ReplicaID) -> None:
+        super().on_send_request(replica_id)
+        self.in_flight[replica_id.unique_id] += 1
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
-        self.in_flight[replica_id.unique_id] += 1
         self.policy.routed(routed_prompt(pending_request), replica_id.unique_id)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
