@@ -94,13 +94,48 @@ class NativeHandle(Closing):
             self._free(ptr)
 
 
-def load_model(path: Path, params: Any, quiet: bool = False) -> NativeHandle:
-    """Load a model; a failure's ValueError carries llama.cpp's reason (not printed as well when ``quiet``)."""
+class _LoadProgress:
+    """A load's progress callback and what it raised (the load is cancelled, and the exception raised)."""
+
+    def __init__(self, callback: Callable[[float], object]) -> None:
+        self.callback = callback
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+
+@ffi.callback("llama_progress_callback")
+def _on_load_progress(progress: float, user_data: Any) -> bool:
+    load = ffi.from_handle(user_data)
+    try:
+        load.cancelled = load.callback(float(progress)) is False
+    except BaseException as exc:  # noqa: BLE001 - re-raised by load_model once llama.cpp has stopped
+        load.error, load.cancelled = exc, True
+    return not load.cancelled
+
+
+def load_model(path: Path, params: Any, quiet: bool = False,
+               progress: Callable[[float], object] | None = None) -> NativeHandle:
+    """Load a model; a failure's ValueError carries llama.cpp's reason (not printed as well when ``quiet``).
+    ``progress(fraction)`` is called as the load goes (llama.cpp's ``progress_callback``, on this thread, from
+    0.0 to 1.0); returning False cancels the load (a ValueError), and what it raises cancels it and is raised."""
     ensure_backend()
-    with capture_messages(quiet=quiet) as log:
-        ptr = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    load = _LoadProgress(progress) if progress is not None else None
+    handle = ffi.new_handle(load) if load is not None else ffi.NULL
+    if load is not None:
+        params.progress_callback, params.progress_callback_user_data = _on_load_progress, handle
+    try:
+        with capture_messages(quiet=quiet) as log:
+            ptr = lib.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    finally:
+        if load is not None:  # the params may be read again later (model_params): no dangling handle in them
+            params.progress_callback, params.progress_callback_user_data = ffi.NULL, ffi.NULL
+    if load is not None and load.error is not None:
+        if ptr != ffi.NULL:  # (llama.cpp finished anyway): the caller gets the error, not the model
+            lib.llama_model_free(ptr)
+        raise load.error
     if ptr == ffi.NULL:
-        reason = log.reason("not a valid GGUF model file, or an unsupported one")
+        reason = "the progress callback returned False: the load was cancelled" if load is not None and \
+            load.cancelled else log.reason("not a valid GGUF model file, or an unsupported one")
         raise ValueError(f"failed to load model from {str(path)!r}: {reason}")
     return NativeHandle(ptr, lib.llama_model_free, "model")
 

@@ -163,6 +163,7 @@ class LlamaBase(Closing):
         draft_model: Any = None,
         spm_infill: bool = False,
         verbose: bool = True,
+        progress_callback: Callable[[float], object] | None = None,
         verbosity: int | str | None = None,
         log_filters: Sequence[str] | None = None,
         log_filters_case_sensitive: bool = True,
@@ -303,7 +304,7 @@ class LlamaBase(Closing):
         if numa:
             lib.llama_numa_init(lib.GGML_NUMA_STRATEGY_DISTRIBUTE if numa is True else int(numa))
 
-        self._model = Model(load_model(path, mparams, quiet=not verbose))
+        self._model = Model(load_model(path, mparams, quiet=not verbose, progress=progress_callback))
         self.context_params = cparams
         self.model_params = mparams
         self._closed = False

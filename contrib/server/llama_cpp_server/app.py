@@ -342,6 +342,25 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         await run_in_threadpool(pool.unload, name)
         return {"success": True}
 
+    @app.get("/models/sse", dependencies=keyed, include_in_schema=False)
+    async def models_events() -> Any:
+        """llama-server's ``/models/sse``: each model's current status first (so a client knows where it
+        starts), then every status change and load progress as it happens, pings between them."""
+        async def events() -> AsyncIterator[bytes]:
+            with pool.feed.subscribe() as queue:
+                for name in pool.names:
+                    yield bridge.sse({"model": name, "event": "model_status", "data": {"status": pool.status(name)}})
+                while True:
+                    try:
+                        message = await asyncio.wait_for(queue.get(), timeout=bridge.PING_INTERVAL)
+                    except asyncio.TimeoutError:
+                        yield bridge.ping_event()
+                        continue
+                    yield bridge.sse(message)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
     # -- llama-server's own routes (not in the OpenAPI schema yet: docs/server.md) -----------------
     @app.post("/completion", dependencies=keyed, include_in_schema=False)
     @app.post("/completions", dependencies=keyed, include_in_schema=False)

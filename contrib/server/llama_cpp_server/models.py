@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from starlette.concurrency import run_in_threadpool
 
@@ -29,7 +30,7 @@ from .errors import APIError
 from .llama_server_lora import LoraTable
 from .settings import ModelSettings, ServerSettings
 
-__all__ = ["LlamaProxy", "ModelPool", "llama_kwargs", "load_llama"]
+__all__ = ["LlamaProxy", "Loader", "ModelPool", "StatusFeed", "llama_kwargs", "load_llama"]
 
 log = logging.getLogger("llama_cpp_server")
 
@@ -92,12 +93,16 @@ def llama_kwargs(model: ModelSettings, server: ServerSettings) -> dict[str, Any]
     return kwargs
 
 
-def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
+def load_llama(model: ModelSettings, server: ServerSettings,
+               progress: Callable[[float], object] | None = None) -> Llama:
     """Load ``model`` (its file, a Hub download, or the default model).  An ``embeddings`` model is a
     ``LlamaEmbedding``: unit-length vectors as OpenAI's and llama-server's embeddings are, and ``rank`` for a
     reranker (/v1/rerank).  A model from the Hub takes its projector from the same repository, as the
-    reference's ``clip_model_path`` with ``hf_model_repo_id`` does."""
+    reference's ``clip_model_path`` with ``hf_model_repo_id`` does.  ``progress(fraction)`` is told how far
+    the model file's load is (``Llama(progress_callback=...)``)."""
     kwargs = llama_kwargs(model, server)
+    if progress is not None:
+        kwargs["progress_callback"] = progress
     cls = LlamaEmbedding if model.embeddings else Llama
     if model.hf_repo:
         assert model.hf_file is not None  # the settings refuse one without the other
@@ -120,6 +125,64 @@ def load_llama(model: ModelSettings, server: ServerSettings) -> Llama:
         llm.close()
         raise
     return llm
+
+
+#: How a pool loads a model: its settings, the server's, and where to report the load's progress (or None).
+Loader = Callable[[ModelSettings, ServerSettings, Optional[Callable[[float], object]]], Llama]
+#: A load's progress is reported when it has moved by this much (llama.cpp reports it per tensor).
+PROGRESS_STEP = 0.01
+#: Events a ``/models/sse`` subscriber may have waiting; past that the oldest are dropped (a stalled client
+#: costs the server no more).
+MAX_WAITING_EVENTS = 1000
+
+
+class StatusFeed:
+    """llama-server's ``/models/sse`` events: ``{"model", "event", "data"}`` for every model status change and
+    load progress, to every subscriber, published from any thread."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any]]]] = []
+        self._lock = threading.Lock()
+
+    def publish(self, model: str, event: str, data: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"model": model, "event": event}
+        if data is not None:
+            message["data"] = data
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for loop, queue in subscribers:
+            try:
+                loop.call_soon_threadsafe(_put_latest, queue, message)
+            except RuntimeError:  # its loop is closed: it unsubscribes on its way out
+                pass
+
+    @contextlib.contextmanager
+    def subscribe(self) -> Iterator[asyncio.Queue[dict[str, Any]]]:
+        """The events published while the block runs (enter it on the event loop that reads them)."""
+        entry = (asyncio.get_running_loop(), asyncio.Queue[dict[str, Any]](maxsize=MAX_WAITING_EVENTS))
+        with self._lock:
+            self._subscribers.append(entry)
+        try:
+            yield entry[1]
+        finally:
+            with self._lock:
+                self._subscribers.remove(entry)
+
+
+def _put_latest(queue: asyncio.Queue[dict[str, Any]], message: dict[str, Any]) -> None:
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(message)
+
+
+def _status(status: str, **more: Any) -> dict[str, Any]:
+    return {"status": status, **more}
+
+
+def _stage(fraction: float) -> dict[str, Any]:
+    """llama-server's load progress: the stages of the load (a text model here: a projector loads with it), the
+    current one, and how far it is."""
+    return {"stages": ["text_model"], "current": "text_model", "value": round(fraction, 4)}
 
 
 class Served:
@@ -160,7 +223,7 @@ class ModelPool:
     """Loads, lends and unloads the configured models (see the module's docstring)."""
 
     def __init__(self, models: list[ModelSettings], server: ServerSettings,
-                 loader: Callable[[ModelSettings, ServerSettings], Llama] = load_llama) -> None:
+                 loader: Loader = load_llama) -> None:
         if not models:
             raise ValueError("no model to serve")
         self.specs: dict[str, ModelSettings] = {}
@@ -174,6 +237,7 @@ class ModelPool:
         self._lock = threading.Lock()
         self._loading: dict[str, asyncio.Future[Served]] = {}
         self._sleeping: set[str] = set()  # freed after sleep_idle_seconds without a request
+        self.feed = StatusFeed()  # what /models/sse streams
         self.ready = False
         self.failure: str | None = None
 
@@ -239,7 +303,23 @@ class ModelPool:
                 self._loading.pop(name, None)
 
     async def _load(self, name: str) -> Served:
-        return self._register(name, await run_in_threadpool(self._loader, self.specs[name], self.server))
+        reported = [0.0]
+
+        def progress(fraction: float) -> None:
+            if fraction - reported[0] >= PROGRESS_STEP or (fraction >= 1.0 > reported[0]):
+                reported[0] = fraction
+                self.feed.publish(name, "model_status", _status("loading", progress=_stage(fraction)))
+
+        self.feed.publish(name, "model_status", _status("loading", progress=_stage(0.0)))
+        try:
+            llama = await run_in_threadpool(self._loader, self.specs[name], self.server, progress)
+        except BaseException as exc:
+            self.feed.publish(name, "model_status", _status("unloaded", exit_code=1, error=f"{type(exc).__name__}: "
+                                                                                            f"{exc}"))
+            raise
+        served = self._register(name, llama)
+        self.feed.publish(name, "model_status", _status("loaded"))
+        return served
 
     def _register(self, name: str, llama: Llama) -> Served:
         """``llama``, just loaded for ``name``, among the loaded models (unloading idle ones past the limit)."""
@@ -275,6 +355,7 @@ class ModelPool:
             del self._loaded[name]
         log.info("unloading %s (asked)", name)
         served.llama.close()
+        self.feed.publish(name, "model_status", _status("unloaded", exit_code=0))
 
     def sleep_idle(self, now: float | None = None) -> list[str]:
         """Free the models idle for ``sleep_idle_seconds`` (they are ``sleeping`` until a request loads them
@@ -291,6 +372,7 @@ class ModelPool:
         for served in victims:
             log.info("%s idle for %g s: freed until its next request", served.name, bound)
             served.llama.close()
+            self.feed.publish(served.name, "model_status", _status("sleeping"))
         return [served.name for served in victims]
 
     def _unload_idle(self, room: int = 0) -> None:
@@ -304,6 +386,7 @@ class ModelPool:
         for served in victims:
             log.info("unloading %s (max_loaded_models=%d)", served.name, self.server.max_loaded_models)
             served.llama.close()
+            self.feed.publish(served.name, "model_status", _status("unloaded", exit_code=0))
 
     async def admit(self, name: str | None) -> Lease:
         """The model for a request, admitted until the lease is released (a stream holds it to its end);
@@ -349,7 +432,7 @@ class LlamaProxy(ModelPool):
     """
 
     def __init__(self, models: list[ModelSettings], server: ServerSettings | None = None,
-                 loader: Callable[[ModelSettings, ServerSettings], Llama] = load_llama) -> None:
+                 loader: Loader = load_llama) -> None:
         super().__init__(models, server or ServerSettings(), loader)
         self()
 
@@ -358,7 +441,7 @@ class LlamaProxy(ModelPool):
         served = self._recent(name)
         if served is None:
             self._unload_idle(room=1)
-            served = self._register(name, self._loader(self.specs[name], self.server))
+            served = self._register(name, self._loader(self.specs[name], self.server, None))
         return served.llama
 
     def __iter__(self) -> Iterator[str]:

@@ -65,6 +65,27 @@ def running(settings: Settings, *, wait_ready: bool = True) -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def local_ray_serve() -> Iterator[str]:
+    """A local Ray of this machine's 2 cores with Serve's HTTP proxy on a free port (its base URL); Serve and
+    Ray are shut down after."""
+    import ray
+    from ray import serve
+
+    port = free_port()
+    # Serve's controller gives a starting proxy 5 s to be ready (three times, then kills it: serve.start fails)
+    # and a running one 10 s per health check: a loaded machine with two cores can take longer to import it
+    guards = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 << 20,
+             runtime_env={"env_vars": guards})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@contextlib.contextmanager
 def serving_process(command: list[str], port: int, what: str) -> Iterator[str]:
     """``command`` (a server listening on 127.0.0.1:``port``) running until the block ends; yields its base
     URL once ``/health`` answers 200.  Its output goes to a file (a pipe nobody reads would fill up and stop

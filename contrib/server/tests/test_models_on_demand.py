@@ -5,6 +5,7 @@ front of several servers reads of each: ``GET /prefixes``."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -88,6 +89,39 @@ def test_load_and_unload_by_hand(smollm2_model_path: Path) -> None:
         assert_error(httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10), 400, param="model")
         assert httpx.post(f"{base}/models/load", json={"model": "tiny"}, timeout=60).json() == {"success": True}
         assert status(base, "tiny") == "loaded" and complete(base)
+
+
+def test_status_changes_and_load_progress_stream_over_sse(smollm2_model_path: Path) -> None:
+    """``/models/sse`` as llama-server's: each model's status first, then ``loading`` with the load's progress
+    (increasing to 1.0), ``loaded``, ``unloaded``, and ``sleeping`` when idle."""
+    with running(tiny_settings(smollm2_model_path, n_ctx=512, sleep_idle_seconds=1.5)) as base:
+        events: list[dict] = []
+        ready = threading.Event()
+
+        def listen() -> None:
+            with httpx.stream("GET", f"{base}/models/sse", timeout=60) as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                for line in stream.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+                        ready.set()
+                    if events and events[-1].get("data", {}).get("status") == "sleeping":
+                        return
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        assert ready.wait(30)
+        assert events[0] == {"model": "tiny", "event": "model_status", "data": {"status": "loaded"}}
+        assert httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10).json() == {"success": True}
+        assert httpx.post(f"{base}/models/load", json={"model": "tiny"}, timeout=60).json() == {"success": True}
+        listener.join(30)  # the model goes to sleep 1.5 s later
+        statuses = [e["data"]["status"] for e in events]
+        assert statuses[0] == "loaded" and statuses[1] == "unloaded" and statuses[-2:] == ["loaded", "sleeping"]
+        loading = [e["data"]["progress"] for e in events if e["data"]["status"] == "loading"]
+        values = [p["value"] for p in loading]
+        assert len(values) > 2 and values == sorted(values) and values[0] == 0.0 and values[-1] == 1.0
+        assert all(p["stages"] == ["text_model"] and p["current"] == "text_model" for p in loading)
+        assert all(e["model"] == "tiny" and e["event"] == "model_status" for e in events)
 
 
 def test_the_sleep_bound_is_checked() -> None:

@@ -10,7 +10,6 @@ What each policy cost is the prompt tokens the replicas evaluated, summed from t
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import threading
 import time
@@ -25,6 +24,7 @@ ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
 from llama_cpp_server import Settings  # noqa: E402
+from serving import local_ray_serve  # noqa: E402
 from llama_cpp_server.loadtest import RequestResult, run_conversations, shared_system_prompts  # noqa: E402
 from llama_cpp_server.ray_serve import deployment  # noqa: E402
 
@@ -43,19 +43,8 @@ def serve_routed(path: Path, routing: str) -> None:
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[str]:
-    """A local Ray with Serve's proxy on a free port (its URL is yielded); shut down after."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    guards = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 << 20,
-             runtime_env={"env_vars": guards})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with local_ray_serve() as url:
+        yield url
 
 
 def conversations(base: str, answered: Any = None) -> list[list[RequestResult]]:

@@ -27,6 +27,7 @@ ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
 from llama_cpp_server import Settings, create_app  # noqa: E402
+from serving import local_ray_serve  # noqa: E402
 from llama_cpp_server.ray_serve import REPLICA_HEADER, LlamaServer, app_builder, deployment  # noqa: E402
 
 LONG = 480  # tokens: fits a sequence of n_ctx 1024 / n_seq_max 2 with the prompt
@@ -46,22 +47,10 @@ def chat(content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def proxy(chat_model_path: Path) -> Iterator[str]:
     """Serve's HTTP proxy (base URL) in front of two replicas of the tiny model; Ray is shut down after."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # Serve's controller gives a starting proxy 5 s to be ready (three times, then kills it: serve.start fails)
-    # and a running one 10 s per health check: a loaded machine with two cores can take longer to import it
-    guards = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60"}
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 << 20,
-             runtime_env={"env_vars": guards})
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    with local_ray_serve() as base:
         serve.run(deployment(replica_settings(chat_model_path), num_replicas=2, ray_actor_options={"num_cpus": 1}),
                   name="tiny", route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+        yield base
 
 
 def replica_metrics(base: str, replica: str | None = None) -> tuple[str, dict[str, float]]:

@@ -104,6 +104,7 @@ CALLS = {
     "gpt-oss": ('<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>commentary to=functions.get '
                 '<|constrain|>json<|message|>{"a": 1}'),
     "gemma4": "<|channel>thought\nabc<channel|><|tool_call>call:get{a:1}<tool_call|>",
+    "mistral": '[THINK]abc[/THINK][TOOL_CALLS]get[ARGS]{"a": 1}',
 }
 
 
