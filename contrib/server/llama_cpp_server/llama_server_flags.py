@@ -4,7 +4,9 @@ A llama-server user types ``-m model.gguf -c 8192 -np 4 --api-key k --temp 0.7``
 command line into the settings' own flags (``--model``, ``--n_ctx``, ``--n_seq_max``...) before they are
 parsed, so both spellings work and one command line may mix them. Flags of llama-server that mean nothing here
 (``--jinja``: templates are always rendered by Jinja; ``--metrics``: metrics are always served) are accepted and
-dropped; those this server cannot honour are refused with the reason, never silently ignored.
+dropped; those this server cannot honour are refused with the reason, never silently ignored.  Ollama's
+``--keep-alive`` (its ``keep_alive``, with its durations: ``5m``, ``1h30m``) is read here too, as
+``sleep_idle_seconds``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,15 @@ def _setting(name: str) -> Callable[[str], list[str]]:
     return lambda value: [f"--{name}", value]
 
 
+def _keep_alive(value: str) -> list[str]:
+    from .settings import keep_alive_seconds  # (settings imports this module)
+
+    try:
+        return ["--sleep_idle_seconds", repr(keep_alive_seconds(value))]
+    except ValueError as exc:
+        raise SystemExit(f"--keep-alive: {exc}") from None
+
+
 def _default(key: str) -> Callable[[str], list[str]]:
     """A server-wide default of the requests that do not set ``key`` themselves (``default_<key>``)."""
     return _setting(f"default_{key}")
@@ -136,6 +147,7 @@ for _names, _make in (
     (("-to", "--timeout"), _setting("request_timeout")),
     (("--slot-save-path",), _setting("slot_save_path")),
     (("--sleep-idle-seconds",), _setting("sleep_idle_seconds")),
+    (("--keep-alive", "--keep_alive"), _keep_alive),  # Ollama's name, and its durations
     (("--chat-template",), _chat_template),
     (("--chat-template-file",), _chat_template_file),
     (("-n", "--predict", "--n-predict"), _default("max_tokens")),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import typing
 from pathlib import Path
@@ -301,6 +302,35 @@ class ModelSettings(BaseModel):
         return "default"
 
 
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def keep_alive_seconds(value: object) -> float:
+    """Ollama's ``keep_alive`` as ``sleep_idle_seconds``: seconds as a number, or a duration as Ollama writes it
+    (``"5m"``, ``"1h30m"``, ``"90s"``); a negative one keeps models loaded (-1).  ValueError for anything else,
+    and for 0 (Ollama's "free right after each request", which this server's idle timer does not do)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"keep_alive must be seconds or a duration such as '5m', got {value!r:.40}")
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        body = text.removeprefix("-")
+        parts = _DURATION.findall(body)
+        if not parts or "".join(number + unit for number, unit in parts) != body:
+            raise ValueError(f"keep_alive must be seconds or a duration such as '5m' or '1h30m', got {text!r:.40}") \
+                from None
+        seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+        seconds = -seconds if text.startswith("-") else seconds
+    if seconds < 0:
+        return -1
+    if seconds == 0:
+        raise ValueError("keep_alive 0 (free a model right after each request) is not supported: give how long "
+                         "a model may stay idle, or -1 to keep it loaded")
+    return seconds
+
+
 class ServerSettings(BaseModel):
     """How the server listens and what it lets through."""
 
@@ -363,6 +393,17 @@ class ServerSettings(BaseModel):
         if value is not None and not Path(value).is_dir():
             raise ValueError(f"slot_save_path {value!r} is not an existing folder")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_alive(cls, values: Any) -> Any:
+        """Ollama's name for the sleep bound (``keep_alive: 5m`` in a config file, ``Settings(keep_alive=...)``)."""
+        if isinstance(values, dict) and "keep_alive" in values:
+            values = dict(values)
+            if values.get("sleep_idle_seconds") not in (None, -1):
+                raise ValueError("keep_alive and sleep_idle_seconds are two names of one setting: give one")
+            values["sleep_idle_seconds"] = keep_alive_seconds(values.pop("keep_alive"))
+        return values
 
     @field_validator("sleep_idle_seconds")
     @classmethod

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from llama_cpp_server.settings import load_settings
 from serving import assert_error, running, tiny_settings, wait_until
 
 from llama_cpp import Llama
@@ -127,6 +128,25 @@ def test_status_changes_and_load_progress_stream_over_sse(smollm2_model_path: Pa
 def test_the_sleep_bound_is_checked() -> None:
     with pytest.raises(ValueError, match="sleep_idle_seconds"):
         tiny_settings(Path("x.gguf"), sleep_idle_seconds=0)
+
+
+@pytest.mark.parametrize("given, seconds", [("5m", 300.0), ("1h30m", 5400.0), ("90s", 90.0), ("250ms", 0.25),
+                                            (120, 120.0), ("-1", -1), ("-5m", -1)])
+def test_ollamas_keep_alive_is_the_sleep_bound(given: object, seconds: float) -> None:
+    assert tiny_settings(Path("x.gguf"), keep_alive=given).sleep_idle_seconds == seconds
+    assert load_settings(["--model", "x.gguf", "--keep-alive", str(given)]).sleep_idle_seconds == seconds
+
+
+@pytest.mark.parametrize("given, says", [("0", "keep_alive 0"), ("5x", "a duration such as '5m'"),
+                                         (True, "seconds or a duration")])
+def test_a_bad_keep_alive_is_refused_naming_it(given: object, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        tiny_settings(Path("x.gguf"), keep_alive=given)
+    with pytest.raises(ValueError, match="two names of one setting"):
+        tiny_settings(Path("x.gguf"), keep_alive="5m", sleep_idle_seconds=10)
+    if not isinstance(given, bool):
+        with pytest.raises(SystemExit, match="--keep-alive"):
+            load_settings(["--model", "x.gguf", "--keep-alive", str(given)])
 
 
 def test_the_prefixes_route_is_the_engines_summary(chat_model_path: Path) -> None:
