@@ -31,6 +31,8 @@ from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
 # The Llama keywords that are objects, and the settings that stand for them.
 OBJECT_KEYWORDS = {"model_path": "model", "tokenizer": "hf_pretrained_model_name_or_path",
                    "chat_handler": "chat_format"}
+# Llama keywords the server gives itself: the load's progress goes to /models/sse
+SERVER_OWNED = {"progress_callback"}
 
 # The reference server's settings (llama_cpp/server/settings.py of the seed, and of the upstream project
 # it forked: use_mmap, use_mlock, embedding, flash_attn, lora_base, lora_path), each with a value a user
@@ -69,10 +71,11 @@ def test_every_llama_keyword_is_a_setting() -> None:
     keywords = llama_keywords()
     assert {"main_gpu", "tensor_split", "rope_freq_base", "yarn_orig_ctx", "type_k", "type_v", "offload_kqv",
             "kv_unified", "lora_path", "kv_overrides"} <= keywords  # the enumeration sees them
-    missing = {k for k in keywords - set(OBJECT_KEYWORDS) if k not in Settings.model_fields}
+    missing = {k for k in keywords - set(OBJECT_KEYWORDS) - SERVER_OWNED if k not in Settings.model_fields}
     assert not missing, f"Llama keywords that are no server setting: {sorted(missing)}"
     for keyword, setting in OBJECT_KEYWORDS.items():
         assert keyword in keywords and setting in ModelSettings.model_fields
+    assert SERVER_OWNED <= keywords and not SERVER_OWNED & set(Settings.model_fields)
 
 
 def test_every_setting_reaches_llama_or_is_read_by_the_server() -> None:
