@@ -1,7 +1,8 @@
 """Which thread starts a context's graph computes (llama_cpp.engine.compute_thread).
 
-One caller: on its own thread, and no thread is started.  Callers taking turns: every call on one thread
-of the context's, until one caller has made SETTLED calls in a row.  End to end: eight streams on one Llama
+One caller: on its own thread, and no thread is started.  Callers taking turns, or one caller while other
+threads wait for its ticks: every call on one thread of the context's, until one caller has made SETTLED
+calls in a row with nobody waiting.  End to end: eight streams on one Llama
 decode from one thread, and their texts are still their solo runs.
 """
 
@@ -66,6 +67,23 @@ def test_callers_taking_turns_compute_on_one_thread_until_one_settles() -> None:
     # one caller again: SETTLED more calls on the compute thread, then on its own
     settled = [where(compute) for _ in range(SETTLED + 3)]
     assert settled[:SETTLED - 1] == [computing.pop()] * (SETTLED - 1) and settled[-3:] == [me] * 3
+    assert not compute.handing_off
+    compute.close()
+
+
+def test_a_caller_that_others_wait_for_computes_on_the_compute_thread() -> None:
+    """A server's readers: one drives many ticks in a row while the others wait for it.  Its calls stay on
+    the compute thread however many it makes, and come back to it once nobody has waited for SETTLED calls."""
+    compute = ComputeThread()
+    me = threading.get_ident()
+    assert where(compute) == me
+    computing = set()
+    for _ in range(3 * SETTLED):
+        on_thread(compute.caller_waits)  # a reader waiting for my ticks
+        computing.add(where(compute))
+    assert len(computing) == 1 and me not in computing and compute.handing_off
+    alone = [where(compute) for _ in range(SETTLED + 3)]
+    assert alone[:SETTLED - 1] == [computing.pop()] * (SETTLED - 1) and alone[-3:] == [me] * 3
     assert not compute.handing_off
     compute.close()
 

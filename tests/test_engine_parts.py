@@ -101,6 +101,9 @@ class FakeRunner:
     def caller_idle(self) -> None:
         self.n_caller_idle += 1
 
+    def caller_waits(self) -> None:
+        pass
+
     def run(self, plan: TickPlan) -> Decoded:
         self.plans.append(plan)
         for media in plan.media:

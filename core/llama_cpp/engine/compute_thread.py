@@ -11,10 +11,17 @@ tokens/s that way and at 151 to 172 tokens/s with every decode started from one 
 tick (its Python too) to that thread measured no better than not handing off at all, so only the compute
 goes there: the rest of the tick, user hooks included, stays on the driver's thread.
 
-So :meth:`ComputeThread.run` calls on the caller's own thread until another thread calls (a single stream
-never pays a hand-off per token), then on a thread it starts for that, until one thread has called
-:data:`SETTLED` times in a row again.  The caller waits for the call either way, and what it raises is
-raised to the caller.
+So :meth:`ComputeThread.run` calls on the caller's own thread until another thread calls or waits for the
+caller's ticks (:meth:`ComputeThread.caller_waits`; a single stream never pays a hand-off per token), then on
+a thread it starts for that, until one thread has called :data:`SETTLED` times in a row again with no other
+thread waiting.  The caller waits for the call either way, and what it raises is raised to the caller.
+
+Waiting counts because a caller that drives many ticks in a row is the usual case with many streams: a
+server's eight readers take turns driving every 20 ticks or so, and in between seven of them wait.  When
+only callers counted, the driver's calls went back to its own thread after :data:`SETTLED` of them, with
+a team of its own, and the last drivers' teams stayed until their threads called again: five to seven
+libgomp threads instead of one, and (f)'s load on SmolLM2 (``benchmarks/bench.py``) served 3 % fewer tokens
+per second (five paired runs, 1.033 median).
 
 A team lives as long as its thread, idle or not, and one idle team beside the computing one is enough to
 make libgomp's barriers sleep at every node (:mod:`.openmp_teams`).  So whichever thread stops computing
@@ -91,6 +98,7 @@ class ComputeThread:
         self._caller: int | None = None  # the thread of the last call
         self._streak = 0  # calls in a row from that thread
         self._handing_off = False
+        self._waited_on = False  # another thread has waited for the caller's ticks since the last call
         # a context dropped without close(): the thread ends with this object (the finalizer holds no self)
         self._stop = weakref.finalize(self, self._hand_off.stop)
         _instances.add(self)
@@ -106,6 +114,9 @@ class ComputeThread:
         if me != self._caller:
             self._handing_off = self._caller is not None
             self._caller, self._streak = me, 0
+        if self._waited_on:
+            self._waited_on = False
+            self._handing_off, self._streak = True, 0
         self._streak += 1
         if self._streak > SETTLED and self._handing_off:
             self._handing_off = False
@@ -116,6 +127,12 @@ class ComputeThread:
             return call()
         openmp_teams.let_go()  # this thread's calls go to the compute thread from now on
         return self._on_compute_thread(call)
+
+    def caller_waits(self) -> None:
+        """Another thread waits while the caller computes (a reader of the same engine): the context is
+        shared, so calls go to the compute thread, as when threads take turns calling.  Only a flag is set,
+        without a lock: the caller's next :meth:`run` reads it."""
+        self._waited_on = True
 
     def caller_idle(self) -> None:
         """The calling thread has no compute coming (its request ended): it lets its OpenMP team go, so

@@ -51,6 +51,10 @@ class Runner(Protocol):
         """The calling thread runs no plan for a while (its request ended): let go what it holds to run
         one (:meth:`.ComputeThread.caller_idle`)."""
 
+    def caller_waits(self) -> None:
+        """The calling thread waits while another runs the ticks: plans run on behalf of several threads
+        (:meth:`.ComputeThread.caller_waits`)."""
+
 
 class ContextRunner:
     """The runner of a native context."""
@@ -65,6 +69,9 @@ class ContextRunner:
 
     def caller_idle(self) -> None:
         self.ctx.compute.caller_idle()
+
+    def caller_waits(self) -> None:
+        self.ctx.compute.caller_waits()
 
     def run(self, plan: TickPlan) -> Decoded:
         failed = self._evaluate_media(plan) if plan.media else DECODED.media_errors

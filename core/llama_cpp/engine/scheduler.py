@@ -238,6 +238,7 @@ class Scheduler:
                 if changed and self._waiters:
                     self._bump()
                 if self._driving:  # another thread runs the ticks; it wakes us after each
+                    self.runner.caller_waits()
                     self._wait()
                     continue
                 self._driving = True
