@@ -19,9 +19,11 @@ thread waiting.  The caller waits for the call either way, and what it raises is
 Waiting counts because a caller that drives many ticks in a row is the usual case with many streams: a
 server's eight readers take turns driving every 20 ticks or so, and in between seven of them wait.  When
 only callers counted, the driver's calls went back to its own thread after :data:`SETTLED` of them, with
-a team of its own, and the last drivers' teams stayed until their threads called again: five to seven
-libgomp threads instead of one, and (f)'s load on SmolLM2 (``benchmarks/bench.py``) served 3 % fewer tokens
-per second (five paired runs, 1.033 median).
+a team of its own, and the last drivers' teams stayed until their threads called again.  Under (f)'s load on
+SmolLM2 (``benchmarks/bench.py``) the decodes' CPU time was spread over the compute thread and several readers
+(17, 11, 4, 3 ... CPU seconds of a 43 s load) and the two computing threads were on a core less than half the
+time, where llama-server's two spin through the whole load; with waiting counted the compute thread and its
+worker had 41 and 42 CPU seconds, and the load served 1.069x the tokens per second (five paired runs).
 
 A team lives as long as its thread, idle or not, and one idle team beside the computing one is enough to
 make libgomp's barriers sleep at every node (:mod:`.openmp_teams`).  So whichever thread stops computing
