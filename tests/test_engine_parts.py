@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -97,14 +98,19 @@ class FakeRunner:
         self.plans: list[TickPlan] = []
         self.status = 0
         self.n_caller_idle = 0
+        self.waited: list[int] = []  # the threads that waited while another drove
+        self.hold: threading.Event | None = None  # set: the next run waits for it (a decode that takes long)
 
     def caller_idle(self) -> None:
         self.n_caller_idle += 1
 
     def caller_waits(self) -> None:
-        pass
+        self.waited.append(threading.get_ident())
 
     def run(self, plan: TickPlan) -> Decoded:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            assert hold.wait(10)
         self.plans.append(plan)
         for media in plan.media:
             held = self.ctx.memory[media.slot.seq_id]
@@ -552,3 +558,26 @@ def test_a_request_that_asks_hears_of_each_prompt_chunk_before_its_first_token(o
     assert run(scheduler, quiet) == solo([1, 2, 3, 4, 5, 6, 7, 8, 43], 1) and not quiet.progress
     with scheduler.exclusive():
         assert_mirrors(scheduler, ctx)
+
+
+def test_a_reader_waiting_while_another_drives_tells_the_runner() -> None:
+    """The runner learns that plans run on behalf of several threads (its compute goes to one thread of its own:
+    engine/compute_thread.py) from a reader that waits, not only from a second driver."""
+    scheduler, _, runner = engine()
+    mine, theirs = request([1, 2], max_tokens=3), request([5, 6], max_tokens=3)
+    scheduler.submit(mine)
+    scheduler.submit(theirs)
+    decode_ends = runner.hold = threading.Event()
+    driving = threading.Thread(target=run, args=(scheduler, mine))
+    driving.start()
+    deadline = time.monotonic() + 10
+    while not scheduler._driving and time.monotonic() < deadline:  # the driver is inside its first decode
+        time.sleep(0.001)
+    waiter = threading.Thread(target=run, args=(scheduler, theirs))
+    waiter.start()
+    while not runner.waited and time.monotonic() < deadline:
+        time.sleep(0.001)
+    decode_ends.set()
+    driving.join(10)
+    waiter.join(10)
+    assert runner.waited[0] == waiter.ident  # it waited during the driver's decode, and said so
