@@ -581,3 +581,43 @@ def test_a_reader_waiting_while_another_drives_tells_the_runner() -> None:
     driving.join(10)
     waiter.join(10)
     assert runner.waited[0] == waiter.ident  # it waited during the driver's decode, and said so
+
+
+def test_a_reader_that_starts_waiting_wakes_nobody() -> None:
+    """Readers wait for the driver's tick.  One more reader starting to wait changes nothing the others wait
+    for, so it wakes none of them: with eight streams, each reader used to wake the seven others for every
+    token.  (Only a ``read_ahead=0`` sequence waits for its reader, and its reader's wait does wake.)"""
+    scheduler, _, runner = engine(n_seq_max=3)
+    mine, first, second = request([1, 2], max_tokens=3), request([5, 6], max_tokens=3), request([7, 8], max_tokens=3)
+    for r in (mine, first, second):
+        scheduler.submit(r)
+    wakes: list[int] = []
+    notify_all = scheduler._changed.notify_all
+
+    def counted_notify_all() -> None:
+        wakes.append(threading.get_ident())
+        notify_all()
+
+    scheduler._changed.notify_all = counted_notify_all  # type: ignore[method-assign]
+    decode_ends = runner.hold = threading.Event()
+    outputs: dict[int, list[int]] = {}
+
+    def read(req: Request) -> None:
+        outputs[id(req)] = run(scheduler, req)
+
+    threads = [threading.Thread(target=read, args=(r,)) for r in (mine, first, second)]
+    threads[0].start()
+    deadline = time.monotonic() + 10
+    while not scheduler._driving and time.monotonic() < deadline:  # the driver is inside its first decode
+        time.sleep(0.001)
+    for thread in threads[1:]:
+        thread.start()
+        while thread.ident not in runner.waited and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert set(runner.waited) == {threads[1].ident, threads[2].ident}
+    assert wakes == []  # the second reader's wait woke neither the first nor anyone else
+    decode_ends.set()
+    for thread in threads:
+        thread.join(10)
+    for r in (mine, first, second):
+        assert outputs[id(r)] == solo(r.prompt, 3)

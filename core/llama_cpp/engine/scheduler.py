@@ -233,8 +233,11 @@ class Scheduler:
                     return ready
                 changed = False
                 for request in requests:
-                    if not request.wanted:  # a read_ahead=0 sequence may advance while its reader waits
-                        request.wanted = changed = True
+                    if not request.wanted:
+                        request.wanted = True
+                        # only a read_ahead=0 sequence waits for its reader (Planner.select): a driver stalled
+                        # on it must look again; for any other, waking every waiter would wake them for nothing
+                        changed = changed or not request.read_ahead
                 if changed and self._waiters:
                     self._bump()
                 if self._driving:  # another thread runs the ticks; it wakes us after each
