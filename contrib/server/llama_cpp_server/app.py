@@ -104,6 +104,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     responses.install(app)
     app.state.pool = pool
     app.state.settings = server
+    app.state.responses = stored  # (a Serve replica gives it its home: ray_serve.LlamaServer)
     which_key = key_index(server.api_keys)
     shapes = error_shapes()
     errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None,

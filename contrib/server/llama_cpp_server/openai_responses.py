@@ -323,9 +323,9 @@ def generating_chat_request(body: ResponsesRequest, history: list[dict[str, Any]
 class ResponseShape:
     """One response's object: the request's settings echoed, its output items, its status and usage."""
 
-    def __init__(self, body: ResponsesRequest, model: str) -> None:
+    def __init__(self, body: ResponsesRequest, model: str, response_id: str) -> None:
         self.body = body
-        self.id = _new_id("resp")
+        self.id = response_id
         self.created = int(time.time())
         self.model = model
 
@@ -447,7 +447,7 @@ class ResponsesView:
         return response
 
     def whole(self, answer: dict[str, Any], served: Served) -> dict[str, Any]:
-        shape = ResponseShape(self.body, served.model)
+        shape = ResponseShape(self.body, served.model, self.store.new_id())
         choice = answer["choices"][0]
         reply = choice["message"]
         output = []
@@ -461,7 +461,7 @@ class ResponsesView:
         return self.finish(shape, output, served, answer["usage"], choice["finish_reason"])
 
     def stream(self, served: Served) -> Callable[[Any], list[Any]]:
-        return ResponseStream(self, ResponseShape(self.body, served.model), served).events
+        return ResponseStream(self, ResponseShape(self.body, served.model, self.store.new_id()), served).events
 
 
 class ResponseStream:

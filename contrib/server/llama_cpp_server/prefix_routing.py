@@ -4,6 +4,10 @@ Each replica publishes what its engines can reuse as chained block hashes (:mod:
 ``GET /prefixes``, Ray Serve's routing statistics).  A router that has the prompt's own block hashes (tokenized
 once, with the chat template the replica renders) ranks the replicas by this policy:
 
+0. **Home.** A request that continues a stored response, or reads or deletes one, goes to the replica that
+   stored it (its id carries the replica's home tag, :func:`.response_store.home_of`), however loaded, and to no
+   other when that one is full: no other replica has it.  If none of the replicas is its home (it died), the rules below place it, and that replica
+   answers that it has no such response.
 1. **Stickiness.** A conversation (the caller's key for it) goes back to the replica that served its last turn,
    which holds that turn's whole prompt and reply even before its statistics say so (they are polled), while that
    replica is alive, however loaded: moving it would cost its whole history, and the load bound already spread
@@ -30,6 +34,8 @@ from typing import Callable, Container, Mapping, Sequence
 
 import attrs
 
+from .response_store import home_tag
+
 #: In-flight requests by which the replica holding a prefix may exceed the least loaded one and still get it.
 LOAD_BOUND = 4
 #: Conversations remembered for stickiness (the least recently routed are forgotten first).
@@ -42,12 +48,14 @@ MAX_SENT_HASHES = 4096
 
 @attrs.frozen
 class RoutedPrompt:
-    """What a router knows of a request: the model it names, its prompt's block hashes (shallowest first) and
-    the conversation it belongs to ("" when none is known)."""
+    """What a router knows of a request: the model it names, its prompt's block hashes (shallowest first), the
+    conversation it belongs to ("" when none is known) and the home of the stored response it needs ("" for
+    none)."""
 
     model: str
     hashes: tuple[str, ...]
     conversation: str = ""
+    home: str = ""
 
 
 @attrs.frozen
@@ -111,8 +119,13 @@ class PrefixRouting:
         least = min(r.load for r in replicas)
         within = [r for r in replicas if r.load <= least + self.load_bound]
         if prompt is not None:
-            sticky = self._sticky.get(prompt.conversation) if prompt.conversation else None
-            chosen = next((r for r in replicas if r.replica_id == sticky), None)
+            home = next((r for r in replicas if home_tag(r.replica_id) == prompt.home), None) if prompt.home else None
+            if home is not None:  # the only one that can answer: the request waits for it when it is full
+                return [[home.replica_id]]
+            chosen = None
+            if prompt.conversation:
+                sticky = self._sticky.get(prompt.conversation)
+                chosen = next((r for r in replicas if r.replica_id == sticky), None)
             if chosen is None:
                 depth = {r.replica_id: r.prefix_blocks(prompt, self._recent(r.replica_id)) for r in within}
                 best = max(depth.values())

@@ -6,8 +6,11 @@ a chat's second turn lands on a replica that never saw its first, and every repl
 prompts again.  With ``--routing prefix`` the proxy hands every request to :class:`RoutingIngress`, which
 
 - renders and tokenizes the prompt of the routes that have one (chat completions, completions, llama-server's
-  ``/completion``, Anthropic's messages) with a vocabulary-only copy of the model, the replica's own chat
-  template, and hashes it into blocks as the replicas' prefix summaries are hashed (:func:`route_of`);
+  ``/completion``, Anthropic's messages, OpenAI's responses) with a vocabulary-only copy of the model, the
+  replica's own chat template, and hashes it into blocks as the replicas' prefix summaries are hashed
+  (:meth:`RouteMaker.route_of`);
+- sends what names a stored response (``previous_response_id``, ``/v1/responses/{id}``) to the replica that
+  stored it, which the response's id says (:func:`.response_store.home_of`);
 - calls the replicas' :meth:`LlamaServer.forward <llama_cpp_server.ray_serve.LlamaServer.forward>` through a
   deployment handle with that route as the ``llama_cpp_route`` keyword, which
   :class:`~llama_cpp_server.ray_prefix_router.PrefixRequestRouter` reads;
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from typing import Any, AsyncIterator, List, Optional
 
 import attrs
@@ -41,10 +45,12 @@ from llama_cpp.engine.normalize import text_prompt_tokens
 from llama_cpp.engine.origin import model_fingerprint
 from llama_cpp.engine.prefix_summary import prompt_hashes
 
-from .anthropic_messages import MessagesRequest, generating_chat_request
+from . import anthropic_messages, openai_responses
 from .app import error_shapes
+from .errors import APIError
 from .guards import body_too_large
 from .models import chat_kwargs
+from .response_store import home_of
 from .settings import Settings
 
 #: Times a request is sent to a replica, when the ones before died before answering anything; the wait before
@@ -54,6 +60,10 @@ RETRY_WAIT_S = 0.1
 CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 COMPLETION_PATHS = frozenset({"/v1/completions", "/completion", "/completions"})
 MESSAGES_PATH = "/v1/messages"
+RESPONSES_PATH = "/v1/responses"
+INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
+#: ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
+STORED_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[0-9a-f]{32})(?:/input_items)?")
 
 
 @attrs.frozen
@@ -129,9 +139,9 @@ async def run_forwarded(app: ASGIApp, request: ForwardedRequest) -> AsyncIterato
 
 
 class RouteMaker:
-    """A request's route (``{"model", "hashes", "conversation"}``) as the replicas' engines would hash its prompt:
-    a vocabulary-only copy of each model renders and tokenizes it.  Anything it cannot read gets no route (the
-    replica answers the error)."""
+    """A request's route (``{"model", "hashes", "conversation", "home"}``) as the replicas' engines would hash its
+    prompt: a vocabulary-only copy of each model renders and tokenizes it; ``home`` is that of the stored response
+    it continues or names, if any.  Anything it cannot read gets no route (the replica answers the error)."""
 
     def __init__(self, settings: Settings) -> None:
         self.vocabularies: dict[str, tuple[Llama, str]] = {}
@@ -143,12 +153,15 @@ class RouteMaker:
             self.vocabularies[model.name] = (vocab, model_fingerprint(model.model))
 
     def route_of(self, path: str, body: bytes) -> dict[str, Any] | None:
+        stored = STORED_RESPONSE_PATH.fullmatch(path)
+        if stored is not None:
+            return {"model": "", "hashes": [], "conversation": "", "home": home_of(stored.group(1))}
         try:
             fields = json.loads(body) if body else None
             if not isinstance(fields, dict):
                 return None
             return self._route(path, fields)
-        except (ValueError, TypeError, KeyError, NotImplementedError):
+        except (ValueError, TypeError, KeyError, NotImplementedError, APIError):
             return None
 
     def _model(self, fields: dict[str, Any]) -> tuple[str, Llama, str] | None:
@@ -162,14 +175,22 @@ class RouteMaker:
         return None
 
     def _route(self, path: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        home = home_of(fields.get("previous_response_id")) if path in (RESPONSES_PATH, INPUT_TOKENS_PATH) else None
+        if home is not None:  # its prompt begins with a conversation only the replica that stored it has
+            return {"model": "", "hashes": [], "conversation": "", "home": home}
         model = self._model(fields)
         if model is None:
             return None
         name, vocab, fingerprint = model
         conversation = ""
-        if path in CHAT_PATHS or path == MESSAGES_PATH:
+        if path in CHAT_PATHS or path in (MESSAGES_PATH, RESPONSES_PATH):
             if path == MESSAGES_PATH:
-                chat = generating_chat_request(MessagesRequest.model_validate(fields))
+                chat = anthropic_messages.generating_chat_request(anthropic_messages.MessagesRequest.model_validate(
+                    fields))
+                messages, tools, kwargs = chat.messages, chat.tools, chat.chat_template_kwargs
+            elif path == RESPONSES_PATH:
+                chat = openai_responses.generating_chat_request(
+                    openai_responses.ResponsesRequest.model_validate(fields), [])
                 messages, tools, kwargs = chat.messages, chat.tools, chat.chat_template_kwargs
             else:
                 messages, tools, kwargs = fields["messages"], fields.get("tools"), fields.get("chat_template_kwargs")

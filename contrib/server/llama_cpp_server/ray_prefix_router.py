@@ -2,8 +2,9 @@
 prefixes it holds, read from its routing statistics (``LlamaServer.record_routing_stats``).
 
 A caller that routes by prefix passes the prompt's route as the keyword :data:`ROUTE_KEYWORD` of its handle call:
-``{"model": name, "hashes": [...], "conversation": key}`` (the prompt's block hashes, computed once with the
-replica's own tokenizer and chat template); a request without it is routed by load alone (power of two choices).
+``{"model": name, "hashes": [...], "conversation": key, "home": tag}`` (the prompt's block hashes, computed once
+with the replica's own tokenizer and chat template; the home of the stored response it needs, optional); a
+request without it is routed by load alone (power of two choices).
 The load is the router's own count of the requests sent to each replica that have not completed (the API's
 ``on_send_request`` and ``on_request_completed`` hooks).
 """
@@ -29,10 +30,11 @@ def routed_prompt(request: Optional[PendingRequest]) -> RoutedPrompt | None:
         return None
     hashes = route.get("hashes")
     conversation = route.get("conversation", "")
+    home = route.get("home") or ""
     if not isinstance(hashes, (list, tuple)) or not all(isinstance(h, str) for h in hashes) or \
-            not isinstance(conversation, str):
+            not isinstance(conversation, str) or not isinstance(home, str):
         return None
-    return RoutedPrompt(route["model"], tuple(hashes), conversation)
+    return RoutedPrompt(route["model"], tuple(hashes), conversation, home)
 
 
 class PrefixRequestRouter(FIFOMixin, RequestRouter):

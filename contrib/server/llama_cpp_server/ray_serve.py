@@ -42,6 +42,7 @@ from .responses import REPLICA_HEADER
 from .ray_ingress import ForwardedRequest, ResponseStart, RoundRobinRequestRouter, RoutingIngress, run_forwarded
 from .prefix_routing import LOAD_BOUND
 from .ray_prefix_router import PrefixRequestRouter
+from .response_store import home_tag
 from .settings import Settings, load_settings
 
 APP_NAME = "llama_cpp_server"  # the Serve application the entry point runs
@@ -110,7 +111,10 @@ class LlamaServer:
         if pool.failure is not None:
             pool.close()
             raise RuntimeError(f"loading {pool.names[0]!r} failed: {pool.failure}")
-        app.add_middleware(_ServeEdge, replica=serve.get_replica_context().replica_tag)
+        replica = serve.get_replica_context().replica_tag  # (its replica id's unique_id, as a router sees it)
+        # the responses this replica stores carry its tag, so a router sends their continuations here
+        app.state.responses.home = home_tag(replica)
+        app.add_middleware(_ServeEdge, replica=replica)
         self.server_app = app
 
     async def forward(self, request: ForwardedRequest, llama_cpp_route: Any = None,

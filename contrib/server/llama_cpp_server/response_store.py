@@ -7,15 +7,22 @@ input, and the engine finds that prompt's prefix in memory.  The store is bounde
 recently used go first), scoped to the tenant that made each response (another API key gets a 404, as if it did not
 exist), and optionally mirrored to JSON files in a folder, so that stored responses outlive a restart.  A file is
 data, never code (no pickle); one that does not parse into a record is skipped.
+
+A stored response lives in the server that made it.  With several replicas behind one address (Ray Serve), a
+continuation must reach that one, so a store can have a *home*: a tag its replica is known by, which every id it
+makes begins with (:meth:`ResponseStore.new_id`, :func:`home_tag`), and which a router reads back from a
+``previous_response_id`` or a ``/v1/responses/{id}`` path (:func:`home_of`) without any state of its own.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
 import re
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,22 @@ log = logging.getLogger("llama_cpp_server")
 
 #: what an id looks like (``resp_`` and 32 hex digits): nothing else names a file in the folder
 ID = re.compile(r"resp_[0-9a-f]{32}")
+#: hex digits of an id, after ``resp_``, that name its store's home (random in a store without one)
+HOME_DIGITS = 8
+
+
+def home_tag(replica: str) -> str:
+    """The home of the store of the replica called ``replica`` (a Serve replica's unique id): a hash of the name,
+    :data:`HOME_DIGITS` hex digits."""
+    return hashlib.blake2b(replica.encode("utf-8"), digest_size=HOME_DIGITS // 2).hexdigest()
+
+
+def home_of(response_id: object) -> str | None:
+    """The home tag a response id carries (None when ``response_id`` is not a response id).  For an id made by a
+    store without a home these digits are random, and name no replica."""
+    if not isinstance(response_id, str) or not ID.fullmatch(response_id):
+        return None
+    return response_id[5:5 + HOME_DIGITS]
 
 
 @attrs.frozen
@@ -53,9 +76,11 @@ class StoredResponse:
 
 
 class ResponseStore:
-    """At most ``max_count`` responses of at most ``max_bytes`` in all; ``folder``: where they are mirrored."""
+    """At most ``max_count`` responses of at most ``max_bytes`` in all; ``folder``: where they are mirrored;
+    ``home``: the tag its ids begin with (:func:`home_tag`; "" for none)."""
 
-    def __init__(self, max_count: int, max_bytes: int, folder: str | Path | None = None) -> None:
+    def __init__(self, max_count: int, max_bytes: int, folder: str | Path | None = None, home: str = "") -> None:
+        self.home = home
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.folder = Path(folder) if folder is not None else None
@@ -68,6 +93,20 @@ class ResponseStore:
 
     def __len__(self) -> int:
         return len(self._records)
+
+    @property
+    def home(self) -> str:
+        return self._home
+
+    @home.setter
+    def home(self, tag: str) -> None:
+        if tag and not re.fullmatch(f"[0-9a-f]{{{HOME_DIGITS}}}", tag):
+            raise ValueError(f"a store's home is {HOME_DIGITS} hex digits (home_tag), got {tag!r}")
+        self._home = tag
+
+    def new_id(self) -> str:
+        """A new response id, beginning with this store's home."""
+        return f"resp_{self.home}{uuid.uuid4().hex[len(self.home):]}"
 
     def _load(self) -> None:
         """The folder's records, oldest first, as far as the bounds allow."""

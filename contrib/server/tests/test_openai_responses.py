@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from llama_cpp_server.openai_responses import ResponseShape, ResponsesRequest, ResponsesView, ResponseStream, \
     input_messages
 from llama_cpp_server.bridge import Served
-from llama_cpp_server.response_store import ResponseStore, StoredResponse
+from llama_cpp_server.response_store import ID, ResponseStore, StoredResponse, home_of, home_tag
 from serving import assert_error, llama_server, running, tiny_settings
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]},
@@ -194,7 +194,7 @@ def test_a_reasoning_stream_writes_each_item_in_turn(tmp_path: Path) -> None:
     store = ResponseStore(10, 1 << 20, tmp_path)
     body = ResponsesRequest(input="q")
     view = ResponsesView(body, store, "", [{"role": "user", "content": "q"}])
-    stream = ResponseStream(view, ResponseShape(body, "m"), Served(Scope(), "m", _Tokens()))  # type: ignore[arg-type]
+    stream = ResponseStream(view, ResponseShape(body, "m", store.new_id()), Served(Scope(), "m", _Tokens()))  # type: ignore[arg-type]
     chunks = [{"choices": [{"delta": {"reasoning_content": "think hard"}, "finish_reason": None}]},
               {"choices": [{"delta": {"content": "ok"}, "finish_reason": None}]},
               {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f",
@@ -225,6 +225,22 @@ def test_the_store_refuses_files_that_are_not_its_records(tmp_path: Path) -> Non
     (tmp_path / ("resp_" + "1" * 32 + ".json")).write_text('{"id": "../../etc/passwd"}')
     (tmp_path / ("resp_" + "2" * 32 + ".json")).write_bytes(b"\x80not json")
     assert len(ResponseStore(10, 1 << 20, tmp_path)) == 0
+
+
+def test_a_store_with_a_home_names_it_in_every_id() -> None:
+    """A Serve replica's store has a home (its replica's tag): its ids carry it, so that a router sends what
+    continues or reads one of them to that replica; a store without one makes ids of the same shape."""
+    store = ResponseStore(10, 1 << 20)
+    plain = {store.new_id() for _ in range(50)}
+    assert len(plain) == 50 and all(ID.fullmatch(i) for i in plain)
+    assert len({home_of(i) for i in plain}) > 40  # random digits: they name no replica
+    store.home = home_tag("replica-1")
+    assert home_tag("replica-1") != home_tag("replica-2")
+    ids = {store.new_id() for _ in range(50)}
+    assert len(ids) == 50 and all(ID.fullmatch(i) and home_of(i) == home_tag("replica-1") for i in ids)
+    assert home_of("resp_short") is None and home_of(None) is None and home_of("msg_" + "0" * 32) is None
+    with pytest.raises(ValueError, match="a store's home is 8 hex digits"):
+        store.home = "not-hex!"
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 from llama_cpp.engine.prefix_summary import block_hashes, chain_start
 from llama_cpp_server.prefix_routing import PrefixRouting, ReplicaView, RoutedPrompt, held_hashes
 from llama_cpp_server.ray_prefix_router import ROUTE_KEYWORD, PrefixRequestRouter, routed_prompt
+from llama_cpp_server.response_store import home_tag
 
 SYSTEM = list(range(100, 228))  # four blocks of 32 tokens
 
@@ -117,7 +118,8 @@ def test_the_serve_router_ranks_by_the_replicas_statistics_and_its_own_load_coun
 
 
 @pytest.mark.parametrize("route", [None, "x", {"model": 1}, {"model": "tiny", "hashes": [1]},
-                                   {"model": "tiny", "hashes": [], "conversation": 5}])
+                                   {"model": "tiny", "hashes": [], "conversation": 5},
+                                   {"model": "", "hashes": [], "home": 7}])
 def test_a_missing_or_malformed_route_is_routed_by_load(route: Any) -> None:
     assert routed_prompt(pending(route)) is None
 
@@ -141,3 +143,27 @@ def test_a_prefix_just_sent_counts_as_held_until_the_statistics_have_had_time() 
     assert policy.rank([view("a", 0), view("b", 0), view("c", 0)], second)[0] == ["b"]
     now[0] = 6.0  # by now b's statistics hold it, or b let it go: no preference left, two random choices
     assert len(policy.rank([view("a", 0), view("b", 0), view("c", 0)], second)) == 2
+
+
+def test_a_stored_response_goes_to_its_home_however_loaded_and_nowhere_else() -> None:
+    """Its continuation, or a read of it, can only be answered where it is stored: the replica its id names."""
+    policy = PrefixRouting(load_bound=1, rng=random.Random(4))
+    replicas = [view("a", 0, SYSTEM), view("b", 9), view("c", 0)]
+    needs_b = RoutedPrompt("", (), "", home_tag("b"))
+    assert policy.rank(replicas, needs_b) == [["b"]]
+    stuck = prompt(SYSTEM + [2], "user-2")  # a conversation that sticks to "a" is not taken there
+    policy.routed(stuck, "a")
+    assert policy.rank(replicas, RoutedPrompt("tiny", stuck.hashes, "user-2", home_tag("c"))) == [["c"]]
+    gone = RoutedPrompt("", (), "", home_tag("d"))  # its replica died: placed as any other (and answered 404 there)
+    assert sorted(rank[0] for rank in policy.rank(replicas, gone)) == ["a", "c"]  # two choices within the bound
+
+
+def test_the_serve_router_reads_the_home_of_a_route() -> None:
+    router = PrefixRequestRouter.__new__(PrefixRequestRouter)
+    router._use_replica_queue_len_cache = False
+    router.initialize_state(load_bound=1)
+    a, b = replica("a", SYSTEM), replica("b")
+    for _ in range(3):
+        router.on_send_request(b.replica_id)
+    route = {"model": "tiny", "hashes": list(hashes(SYSTEM)), "conversation": "", "home": home_tag("b")}
+    assert asyncio.run(router.choose_replicas([a, b], pending(route))) == [[b]]

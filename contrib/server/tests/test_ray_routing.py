@@ -4,12 +4,14 @@ prefix and by Serve's power of two choices in the same test (``llama_cpp_server.
 workload of the benchmark's case (j)).
 
 What each policy cost is the prompt tokens the replicas evaluated, summed from the answers' ``timings``
-(llama-server's ``prompt_n``); which replica answered is its ``X-Replica`` header.
+(llama-server's ``prompt_n``); which replica answered is its ``X-Replica`` header.  Stored responses (OpenAI's
+Responses API) live on the replica that made them: their continuations and reads must reach it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import threading
 import time
@@ -23,10 +25,13 @@ import pytest
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
 
+import openai  # noqa: E402
 from llama_cpp_server import Settings  # noqa: E402
 from serving import local_ray_serve  # noqa: E402
 from llama_cpp_server.loadtest import RequestResult, run_conversations, shared_system_prompts  # noqa: E402
-from llama_cpp_server.ray_serve import deployment  # noqa: E402
+from llama_cpp_server.ray_ingress import RouteMaker  # noqa: E402
+from llama_cpp_server.ray_serve import REPLICA_HEADER, deployment  # noqa: E402
+from llama_cpp_server.response_store import home_of  # noqa: E402
 
 REPLICAS = 3
 USERS = 48
@@ -118,3 +123,55 @@ def test_a_replica_killed_mid_run_loses_no_request(base: str, chat_model_path: P
         assert len(results) == TURNS or results[-1].error is not None
     moved = [u for u in cut_short if per_user[u][-1].error is None and per_user[u][-1].replica != killed[0]]
     assert moved, [[r.replica for r in per_user[u]] for u in cut_short]
+
+
+def test_a_responses_request_is_routed_by_its_prompt_or_by_the_home_of_what_it_continues(chat_model_path: Path) -> None:
+    """A new response is hashed as the chat request it becomes (the same blocks and conversation as the chat route's);
+    one that continues a stored response, or reads it, carries that response's home instead: its prompt begins with a
+    conversation only the replica that stored it has."""
+    routes = RouteMaker(Settings(model=str(chat_model_path), model_alias="model"))
+    messages = [{"role": "system", "content": SYSTEMS[0]}, {"role": "user", "content": "Hello there"}]
+    as_chat = routes.route_of("/v1/chat/completions", json.dumps({"model": "model", "messages": messages}).encode())
+    as_response = routes.route_of("/v1/responses", json.dumps(
+        {"model": "model", "instructions": SYSTEMS[0], "input": "Hello there"}).encode())
+    assert as_chat is not None and as_chat["hashes"] and as_response == as_chat
+    stored = "resp_" + "0123abcd" + "f" * 24
+    continued = routes.route_of("/v1/responses", json.dumps(
+        {"model": "model", "previous_response_id": stored, "input": "And then?"}).encode())
+    assert continued == {"model": "", "hashes": [], "conversation": "", "home": "0123abcd"}
+    assert routes.route_of("/v1/responses/input_tokens", json.dumps(
+        {"model": "model", "previous_response_id": stored, "input": "x"}).encode())["home"] == "0123abcd"
+    for path in (f"/v1/responses/{stored}", f"/v1/responses/{stored}/input_items"):
+        assert routes.route_of(path, b"")["home"] == "0123abcd"
+    assert routes.route_of("/v1/responses/not-an-id", b"") is None
+    assert routes.route_of("/v1/responses", b'{"model": "model", "input": "x", "background": true}') is None  # refused there
+
+
+def test_stored_responses_are_continued_and_read_on_the_replica_that_stored_them(base: str,
+                                                                                chat_model_path: Path) -> None:
+    """With three replicas, a stored response exists on one: every continuation (``previous_response_id``) and
+    every read of it goes there, through the openai SDK as its documentation shows; a request for a response no
+    replica has is a 404."""
+    serve_routed(chat_model_path, "prefix")
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="none")
+        homes: Counter[str] = Counter()
+        for user in range(9):
+            raw = client.responses.with_raw_response.create(model="model", instructions=SYSTEMS[user % 6],
+                                                            input=f"User {user} says hello", max_output_tokens=4)
+            replica, response = raw.headers[REPLICA_HEADER], raw.parse()
+            homes[replica] += 1
+            for turn in range(2):
+                raw = client.responses.with_raw_response.create(model="model", previous_response_id=response.id,
+                                                                input=f"turn {turn}", max_output_tokens=4)
+                assert raw.headers[REPLICA_HEADER] == replica
+                response = raw.parse()
+                assert response.previous_response_id is not None and home_of(response.id) == home_of(
+                    response.previous_response_id)
+            assert client.responses.retrieve(response.id).id == response.id
+            assert [item.type for item in client.responses.input_items.list(response.id).data] == ["message"]
+        assert len(homes) > 1, homes  # the conversations spread over the replicas, and each stayed on its own
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve("resp_" + "0" * 32)
+    finally:
+        serve.delete("routing")
