@@ -6,8 +6,8 @@ once, with the chat template the replica renders) ranks the replicas by this pol
 
 0. **Home.** A request that continues a stored response, or reads or deletes one, goes to the replica that
    stored it (its id carries the replica's home tag, :func:`.response_store.home_of`), however loaded, and to no
-   other when that one is full: no other replica has it.  If none of the replicas is its home (it died), the rules below place it, and that replica
-   answers that it has no such response.
+   other when that one is full: no other replica has it.  If none of the replicas is its home (it died), the
+   rules below place it, and that replica answers that it has no such response.
 1. **Stickiness.** A conversation (the caller's key for it) goes back to the replica that served its last turn,
    which holds that turn's whole prompt and reply even before its statistics say so (they are polled), while that
    replica is alive, however loaded: moving it would cost its whole history, and the load bound already spread

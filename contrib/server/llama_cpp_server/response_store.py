@@ -77,10 +77,10 @@ class StoredResponse:
 
 class ResponseStore:
     """At most ``max_count`` responses of at most ``max_bytes`` in all; ``folder``: where they are mirrored;
-    ``home``: the tag its ids begin with (:func:`home_tag`; "" for none)."""
+    ``home``: the tag its ids begin with (:func:`home_tag`; "" for none, until its replica sets it)."""
 
-    def __init__(self, max_count: int, max_bytes: int, folder: str | Path | None = None, home: str = "") -> None:
-        self.home = home
+    def __init__(self, max_count: int, max_bytes: int, folder: str | Path | None = None) -> None:
+        self.home = ""
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.folder = Path(folder) if folder is not None else None
