@@ -23,7 +23,8 @@ from starlette.concurrency import run_in_threadpool
 import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import anthropic_messages, bridge, errors, llama_server_timings, openai_responses, responses
+from . import (anthropic_messages, anthropic_schema, bridge, errors, llama_server_timings, openai_responses,
+               openai_responses_schema, responses)
 from .anthropic_messages import CountTokensRequest, MessagesRequest
 from .openai_responses import InputTokensRequest, ResponsesRequest, ResponsesView
 from .response_store import ResponseStore
@@ -101,7 +102,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     app = FastAPI(title="llama_cpp server", version=llama_cpp.__version__, lifespan=lifespan,
                   root_path=server.root_path, docs_url=None, redoc_url=None,
                   openapi_url=None)  # both served below, /openapi.json keyed
-    responses.install(app)
+    responses.install(app, (*anthropic_schema.REFERENCED, *openai_responses_schema.REFERENCED))
     app.state.pool = pool
     app.state.settings = server
     app.state.responses = stored  # (a Serve replica gives it its home: ray_serve.LlamaServer)
@@ -218,13 +219,13 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         return await generate(body, request, chat_arguments, chat_choice_streams, chat_choices)
 
     # -- Anthropic's Messages API, on the chat route's path ------------------------------------------
-    @app.post("/v1/messages", dependencies=keyed, include_in_schema=False)
+    @app.post("/v1/messages", dependencies=keyed, responses=anthropic_schema.MESSAGES)
     async def messages(body: MessagesRequest, request: Request) -> Any:
         chat = anthropic_messages.generating_chat_request(body)
         return await generate(chat, request, chat_arguments, chat_choice_streams, chat_choices,
                               anthropic_messages.MessagesView())
 
-    @app.post("/v1/messages/count_tokens", dependencies=keyed, include_in_schema=False)
+    @app.post("/v1/messages/count_tokens", dependencies=keyed, responses=anthropic_schema.COUNT_TOKENS)
     async def messages_count_tokens(body: CountTokensRequest) -> Any:
         counted = await rendering(anthropic_messages.chat_request(body), input_tokens)
         return {"input_tokens": counted["input_tokens"]}
@@ -246,28 +247,29 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                                   param="previous_response_id")
         return list(record.conversation)
 
-    @app.post("/v1/responses", dependencies=keyed, include_in_schema=False)
+    @app.post("/v1/responses", dependencies=keyed, responses=openai_responses_schema.CREATE)
     async def create_response(body: ResponsesRequest, request: Request) -> Any:
         chat = openai_responses.generating_chat_request(body, history(body, request))
         view = ResponsesView(body, stored, request_tenant(request, None), chat.messages)
         return await generate(chat, request, chat_arguments, chat_choice_streams, chat_choices, view)
 
-    @app.post("/v1/responses/input_tokens", dependencies=keyed, include_in_schema=False)
+    @app.post("/v1/responses/input_tokens", dependencies=keyed, responses=openai_responses_schema.INPUT_TOKENS)
     async def response_input_tokens(body: InputTokensRequest, request: Request) -> Any:
         counted = await rendering(openai_responses.chat_request(body, history(body, request)), input_tokens)
         return {"object": "response.input_tokens", "input_tokens": counted["input_tokens"]}
 
-    @app.get("/v1/responses/{response_id}", dependencies=keyed, include_in_schema=False)
+    @app.get("/v1/responses/{response_id}", dependencies=keyed, responses=openai_responses_schema.GET)
     async def get_response(response_id: str, request: Request) -> Any:
         return stored_response(response_id, request).response
 
-    @app.delete("/v1/responses/{response_id}", dependencies=keyed, include_in_schema=False)
+    @app.delete("/v1/responses/{response_id}", dependencies=keyed, responses=openai_responses_schema.DELETE)
     async def delete_response(response_id: str, request: Request) -> Any:
         if not stored.delete(response_id, request_tenant(request, None)):
             raise errors.APIError(404, f"no stored response {response_id!r}", param="response_id")
         return {"id": response_id, "object": "response", "deleted": True}
 
-    @app.get("/v1/responses/{response_id}/input_items", dependencies=keyed, include_in_schema=False)
+    @app.get("/v1/responses/{response_id}/input_items", dependencies=keyed,
+             responses=openai_responses_schema.INPUT_ITEMS)
     async def response_input_items(response_id: str, request: Request, limit: int = 20, order: str = "desc",
                                    after: str | None = None) -> Any:
         if not 1 <= limit <= 100:

@@ -71,7 +71,7 @@ class MessageItem(_Part):
     id: str | None = None
 
 
-class FunctionCall(_Part):
+class FunctionCallItem(_Part):
     type: Literal["function_call"]
     call_id: str
     name: str
@@ -79,7 +79,7 @@ class FunctionCall(_Part):
     id: str | None = None
 
 
-class FunctionCallOutput(_Part):
+class FunctionCallOutputItem(_Part):
     type: Literal["function_call_output"]
     call_id: str
     output: Union[str, list[Annotated[Union[InputText, InputImage, InputFile], Field(discriminator="type")]]]
@@ -103,20 +103,23 @@ class ReasoningItem(_Part):
     id: str | None = None
 
 
+_ITEM_KINDS = ("message", "function_call", "function_call_output", "reasoning")
+
+
 class OtherItem(_Part):
     """An item kind whose tool runs at OpenAI (web search, computer use, MCP...) or that names a stored item:
     refused, naming its type."""
 
-    type: str
+    type: str = Field(json_schema_extra={"not": {"enum": list(_ITEM_KINDS)}})  # the schema's oneOf: one match
 
 
 def _item_kind(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None) or "message"
-    return kind if kind in ("message", "function_call", "function_call_output", "reasoning") else "other"
+    return kind if kind in _ITEM_KINDS else "other"
 
 
-Item = Annotated[Union[Annotated[MessageItem, Tag("message")], Annotated[FunctionCall, Tag("function_call")],
-                       Annotated[FunctionCallOutput, Tag("function_call_output")],
+Item = Annotated[Union[Annotated[MessageItem, Tag("message")], Annotated[FunctionCallItem, Tag("function_call")],
+                       Annotated[FunctionCallOutputItem, Tag("function_call_output")],
                        Annotated[ReasoningItem, Tag("reasoning")], Annotated[OtherItem, Tag("other")]],
                  Discriminator(_item_kind)]
 
@@ -238,14 +241,14 @@ def input_messages(items: str | list[Any]) -> list[dict[str, Any]]:
                 last["content"] = content
             else:
                 messages.append({"role": role, "content": content})
-        elif isinstance(item, FunctionCall):
+        elif isinstance(item, FunctionCallItem):
             call = {"id": item.call_id, "type": "function",
                     "function": {"name": item.name, "arguments": item.arguments}}
             if last is not None:
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif isinstance(item, FunctionCallOutput):
+        elif isinstance(item, FunctionCallOutputItem):
             output = item.output if isinstance(item.output, str) else _parts(item.output, f"{where}.output")
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
         elif isinstance(item, ReasoningItem):

@@ -14,7 +14,7 @@ event schemas only) to the components.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Mapping, Sequence, Union
 
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,12 +25,14 @@ REF = "#/components/schemas/{model}"
 REPLICA_HEADER = "X-Replica"
 
 
-class _Out(BaseModel):
+class AnswerModel(BaseModel):
+    """The base of the answers' models (``model_*`` field names allowed)."""
+
     model_config = ConfigDict(protected_namespaces=())
 
 
 # -- errors ---------------------------------------------------------------------------------------------
-class ErrorDetail(_Out):
+class ErrorDetail(AnswerModel):
     message: str = Field(description="what was wrong, and what is allowed")
     type: Literal["invalid_request_error", "authentication_error", "permission_error", "not_found_error",
                   "rate_limit_error", "server_error", "timeout_error"]
@@ -39,20 +41,20 @@ class ErrorDetail(_Out):
                                          "``server_busy``, a validation error's type...), if there is one")
 
 
-class ErrorResponse(_Out):
+class ErrorResponse(AnswerModel):
     """OpenAI's error object: every error the server answers has this body."""
 
     error: ErrorDetail
 
 
 # -- completions ----------------------------------------------------------------------------------------
-class Usage(_Out):
+class Usage(AnswerModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
 
-class Timings(_Out):
+class Timings(AnswerModel):
     """llama-server's ``timings``: the prompt's part (``cache_n`` of its tokens came from memory,
     ``prompt_n`` were evaluated) and the generation's (``predicted_n`` tokens, the end-of-generation token
     counted; the first comes with the prompt, so the generation rates count the others)."""
@@ -71,7 +73,7 @@ class Timings(_Out):
 TIMINGS = Field(None, description="llama-server's timings: on a whole answer, and on a stream's last event")
 
 
-class CompletionLogprobs(_Out):
+class CompletionLogprobs(AnswerModel):
     """The logprobs of the tokens of a choice's text; an echoed prompt's first token has none (null)."""
 
     tokens: list[str]
@@ -80,14 +82,14 @@ class CompletionLogprobs(_Out):
     top_logprobs: list[dict[str, float] | None]
 
 
-class CompletionChoice(_Out):
+class CompletionChoice(AnswerModel):
     text: str
     index: int
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length"]
 
 
-class TextCompletion(_Out):
+class TextCompletion(AnswerModel):
     """A ``/v1/completions`` answer: a choice per prompt and ``n`` (prompt ``i``'s choice ``j`` is
     ``i * n + j``)."""
 
@@ -100,14 +102,14 @@ class TextCompletion(_Out):
     timings: Timings | None = TIMINGS
 
 
-class CompletionChunkChoice(_Out):
+class CompletionChunkChoice(AnswerModel):
     text: str
     index: int
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length"] | None
 
 
-class TextCompletionChunk(_Out):
+class TextCompletionChunk(AnswerModel):
     """One event of a streamed completion; with ``stream_options.include_usage`` the last one before
     ``[DONE]`` has no choices and the usage."""
 
@@ -121,50 +123,50 @@ class TextCompletionChunk(_Out):
 
 
 # -- chat -----------------------------------------------------------------------------------------------
-class TopLogprob(_Out):
+class TopLogprob(AnswerModel):
     token: str
     logprob: float
     bytes: list[int] | None
 
 
-class TokenLogprob(_Out):
+class TokenLogprob(AnswerModel):
     token: str
     logprob: float
     bytes: list[int] | None
     top_logprobs: list[TopLogprob]
 
 
-class ChatLogprobs(_Out):
+class ChatLogprobs(AnswerModel):
     content: list[TokenLogprob] | None
     refusal: str | None
 
 
-class FunctionCall(_Out):
+class FunctionCall(AnswerModel):
     name: str
     arguments: str = Field(description="the arguments, a JSON object as text")
 
 
-class ToolCall(_Out):
+class ToolCall(AnswerModel):
     id: str
     type: Literal["function"]
     function: FunctionCall
 
 
-class ChatMessage(_Out):
+class ChatMessage(AnswerModel):
     role: Literal["assistant"]
     content: str | None
     tool_calls: list[ToolCall] | None = None
     function_call: FunctionCall | None = Field(None, description="the legacy field: the call, when there is one")
 
 
-class ChatChoice(_Out):
+class ChatChoice(AnswerModel):
     index: int
     message: ChatMessage
     logprobs: ChatLogprobs | None
     finish_reason: Literal["stop", "length", "tool_calls"]
 
 
-class ChatCompletion(_Out):
+class ChatCompletion(AnswerModel):
     """A ``/v1/chat/completions`` answer: ``n`` choices."""
 
     id: str
@@ -176,12 +178,12 @@ class ChatCompletion(_Out):
     timings: Timings | None = TIMINGS
 
 
-class FunctionCallDelta(_Out):
+class FunctionCallDelta(AnswerModel):
     name: str | None = None
     arguments: str | None = None
 
 
-class ToolCallDelta(_Out):
+class ToolCallDelta(AnswerModel):
     """A tool call's part: the first one of a call has its ``id``, ``type`` and name, the next ones more of
     its arguments."""
 
@@ -191,20 +193,20 @@ class ToolCallDelta(_Out):
     function: FunctionCallDelta | None = None
 
 
-class ChatDelta(_Out):
+class ChatDelta(AnswerModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 
-class ChatChunkChoice(_Out):
+class ChatChunkChoice(AnswerModel):
     index: int
     delta: ChatDelta
     logprobs: ChatLogprobs | None
     finish_reason: Literal["stop", "length", "tool_calls"] | None
 
 
-class ChatCompletionChunk(_Out):
+class ChatCompletionChunk(AnswerModel):
     """One event of a streamed chat completion: the role first, then the content or tool calls' deltas,
     then the finish reason; with ``stream_options.include_usage`` the last one before ``[DONE]`` has no
     choices and the usage."""
@@ -219,7 +221,7 @@ class ChatCompletionChunk(_Out):
 
 
 # -- embeddings, rerank ---------------------------------------------------------------------------------
-class Embedding(_Out):
+class Embedding(AnswerModel):
     object: Literal["embedding"]
     embedding: Union[list[float], str, list[list[float]], float] = Field(
         description="the vector; with encoding_format base64, the base64 of its little-endian float32s; a "
@@ -227,35 +229,35 @@ class Embedding(_Out):
     index: int
 
 
-class EmbeddingUsage(_Out):
+class EmbeddingUsage(AnswerModel):
     prompt_tokens: int
     total_tokens: int
     completion_tokens: int | None = None
 
 
-class EmbeddingList(_Out):
+class EmbeddingList(AnswerModel):
     object: Literal["list"]
     data: list[Embedding]
     model: str
     usage: EmbeddingUsage
 
 
-class RerankDocument(_Out):
+class RerankDocument(AnswerModel):
     text: str
 
 
-class RerankResult(_Out):
+class RerankResult(AnswerModel):
     index: int = Field(description="the document's place in the request's documents")
     relevance_score: float = Field(description="the reranker's raw score (higher: more relevant)")
     document: RerankDocument | None = Field(None, description="with return_documents (the default)")
 
 
-class RerankUsage(_Out):
+class RerankUsage(AnswerModel):
     prompt_tokens: int
     total_tokens: int
 
 
-class RerankList(_Out):
+class RerankList(AnswerModel):
     """The documents by relevance, the most relevant first, at most ``top_n``."""
 
     object: Literal["list"]
@@ -265,13 +267,13 @@ class RerankList(_Out):
 
 
 # -- models, tokens, health -----------------------------------------------------------------------------
-class ModelStatus(_Out):
+class ModelStatus(AnswerModel):
     """llama-server's state of a model: loaded, being loaded, freed while idle (sleeping), or not loaded."""
 
     value: Literal["loaded", "loading", "sleeping", "unloaded"]
 
 
-class Model(_Out):
+class Model(AnswerModel):
     id: str
     object: Literal["model"]
     created: int
@@ -279,42 +281,42 @@ class Model(_Out):
     status: ModelStatus
 
 
-class ModelList(_Out):
+class ModelList(AnswerModel):
     object: Literal["list"]
     data: list[Model]
 
 
-class TokenPiece(_Out):
+class TokenPiece(AnswerModel):
     id: int
     piece: Union[str, list[int]] = Field(description="the token's text, or its bytes when they are not UTF-8 "
                                                      "on their own (llama-server's shape)")
 
 
-class Tokens(_Out):
+class Tokens(AnswerModel):
     tokens: Union[list[int], list[TokenPiece]] = Field(description="token ids; with with_pieces, each with its "
                                                                    "text")
 
 
-class TokenCount(_Out):
+class TokenCount(AnswerModel):
     count: int
 
 
-class Detokenized(_Out):
+class Detokenized(AnswerModel):
     content: str = Field(description="the text (llama-server's name)")
     text: str = Field(description="the same text (the reference's name)")
 
 
-class Health(_Out):
+class Health(AnswerModel):
     status: Literal["ok"]
 
 
-class HealthUnavailable(_Out):
+class HealthUnavailable(AnswerModel):
     status: Literal["loading model", "error"]
     error: ErrorDetail
 
 
 # -- what the chat route's free-form request fields hold -----------------------------------------------
-class ContentPart(_Out):
+class ContentPart(AnswerModel):
     """A part of a message's content: ``{"type": "text", "text": ...}``, or media for a multimodal model
     (``image_url``, ``input_audio``...: docs/multimodal.md)."""
 
@@ -322,7 +324,7 @@ class ContentPart(_Out):
     text: str | None = Field(None, description="a text part's text")
 
 
-class ChatMessageParam(_Out):
+class ChatMessageParam(AnswerModel):
     """A chat message, as the library reads it (other keys, such as ``name`` or ``tool_call_id``, reach the
     chat template as they are)."""
 
@@ -332,13 +334,13 @@ class ChatMessageParam(_Out):
     tool_calls: list[dict[str, Any]] | None = Field(None, description="an assistant turn's calls, OpenAI's shape")
 
 
-class FunctionParam(_Out):
+class FunctionParam(AnswerModel):
     name: str = Field(pattern=r"\S", description="not empty, not only spaces")
     description: str | None = None
     parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments (an object)")
 
 
-class ToolParam(_Out):
+class ToolParam(AnswerModel):
     type: Literal["function"] = "function"
     function: FunctionParam
 
@@ -379,13 +381,15 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": REF.format(model=model.__name__)}
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error responses ``statuses``, each with OpenAI's error object (given as content, not as a model:
-    a route whose own media type is not JSON still answers its errors in JSON)."""
+def errors(*statuses: int, body: type[BaseModel] | None = None,
+           descriptions: Mapping[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """The error responses ``statuses``, each with OpenAI's error object, or ``body`` for a route that speaks
+    another API (given as content, not as a model: a route whose own media type is not JSON still answers its
+    errors in JSON); ``descriptions`` replace the usual ones where that API's differ."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in statuses:
-        out[status] = {"description": _ERRORS[status],
-                       "content": {"application/json": {"schema": _ref(ErrorResponse)}}}
+        out[status] = {"description": (descriptions or {}).get(status, _ERRORS[status]),
+                       "content": {"application/json": {"schema": _ref(body or ErrorResponse)}}}
         if status == 429:
             out[status]["headers"] = _RETRY_AFTER
     return out
@@ -412,36 +416,51 @@ def sse_content(chunk: type[BaseModel]) -> dict[str, Any]:
     }}
 
 
-def _ok(model: type[BaseModel], description: str, content: dict[str, Any] | None = None) -> dict[str, Any]:
+def named_sse_content(events: Mapping[str, type[BaseModel]]) -> dict[str, Any]:
+    """``text/event-stream`` of named events (``event: <name>``, as Anthropic's API and OpenAI's Responses
+    API write them), each name's data the JSON of its model, with no end marker."""
+    return {"text/event-stream": {"itemSchema": {"oneOf": [{
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string", "const": name},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(model)},
+            "id": {"type": "string"},
+            "retry": {"type": "integer", "minimum": 0},
+        },
+    } for name, model in events.items()]}}}
+
+
+def ok(model: type[BaseModel], description: str, content: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"model": model, "description": description}
     if content:
         out["content"] = content
     return out
 
 
-_GENERATION = (400, 401, 404, 413, 422, 429, 500, 503, 504)
-_TOKENS = (400, 401, 404, 413, 422, 429, 500)
+GENERATION_ERRORS = (400, 401, 404, 413, 422, 429, 500, 503, 504)
+TOKEN_ERRORS = (400, 401, 404, 413, 422, 429, 500)
 
 COMPLETIONS: dict[int | str, dict[str, Any]] = {
-    200: _ok(TextCompletion, "The completion (JSON), or with `stream` its chunks (server-sent events)",
+    200: ok(TextCompletion, "The completion (JSON), or with `stream` its chunks (server-sent events)",
              sse_content(TextCompletionChunk)),
-    **errors(*_GENERATION)}
+    **errors(*GENERATION_ERRORS)}
 CHAT: dict[int | str, dict[str, Any]] = {
-    200: _ok(ChatCompletion, "The chat completion (JSON), or with `stream` its chunks (server-sent events)",
+    200: ok(ChatCompletion, "The chat completion (JSON), or with `stream` its chunks (server-sent events)",
              sse_content(ChatCompletionChunk)),
-    **errors(*_GENERATION)}
-EMBEDDINGS: dict[int | str, dict[str, Any]] = {200: _ok(EmbeddingList, "The embeddings, in the inputs' order"),
-                                               **errors(*_GENERATION)}
-RERANK: dict[int | str, dict[str, Any]] = {200: _ok(RerankList, "The documents by relevance"),
-                                           **errors(*_GENERATION)}
-MODELS: dict[int | str, dict[str, Any]] = {200: _ok(ModelList, "The models this server serves"),
+    **errors(*GENERATION_ERRORS)}
+EMBEDDINGS: dict[int | str, dict[str, Any]] = {200: ok(EmbeddingList, "The embeddings, in the inputs' order"),
+                                               **errors(*GENERATION_ERRORS)}
+RERANK: dict[int | str, dict[str, Any]] = {200: ok(RerankList, "The documents by relevance"),
+                                           **errors(*GENERATION_ERRORS)}
+MODELS: dict[int | str, dict[str, Any]] = {200: ok(ModelList, "The models this server serves"),
                                            **errors(401, 500)}
-TOKENIZE: dict[int | str, dict[str, Any]] = {200: _ok(Tokens, "The text's tokens"), **errors(*_TOKENS)}
-TOKENIZE_COUNT: dict[int | str, dict[str, Any]] = {200: _ok(TokenCount, "How many tokens the text has"),
-                                                   **errors(*_TOKENS)}
-DETOKENIZE: dict[int | str, dict[str, Any]] = {200: _ok(Detokenized, "The tokens' text"), **errors(*_TOKENS)}
+TOKENIZE: dict[int | str, dict[str, Any]] = {200: ok(Tokens, "The text's tokens"), **errors(*TOKEN_ERRORS)}
+TOKENIZE_COUNT: dict[int | str, dict[str, Any]] = {200: ok(TokenCount, "How many tokens the text has"),
+                                                   **errors(*TOKEN_ERRORS)}
+DETOKENIZE: dict[int | str, dict[str, Any]] = {200: ok(Detokenized, "The tokens' text"), **errors(*TOKEN_ERRORS)}
 HEALTH: dict[int | str, dict[str, Any]] = {
-    200: _ok(Health, "The first model is loaded"),
+    200: ok(Health, "The first model is loaded"),
     503: {"model": HealthUnavailable, "description": "The first model is loading, or failed to load (the error "
                                                      "says why)"},
     **errors(500)}
@@ -454,15 +473,19 @@ METRICS: dict[int | str, dict[str, Any]] = {
 _REFERENCED: tuple[type[BaseModel], ...] = (TextCompletionChunk, ChatCompletionChunk, ErrorResponse)
 
 
-def install(app: FastAPI) -> None:
-    """``app.openapi()``: FastAPI's schema, plus the models only the event streams and errors reference,
-    and the shapes of the chat body's messages, tools and functions (``_ITEMS``)."""
+_FASTAPI_422 = {"$ref": "#/components/schemas/HTTPValidationError"}
+
+
+def install(app: FastAPI, referenced: Sequence[type[BaseModel]] = ()) -> None:
+    """``app.openapi()``: FastAPI's schema, plus the models only the event streams and errors reference
+    (these routes' and ``referenced``, those of the routes that speak other APIs), and the shapes of the chat
+    body's messages, tools and functions (``_ITEMS``)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = FastAPI.openapi(app)  # which keeps it as app.openapi_schema: the changes below stay
-        _, extra = models_json_schema([(m, "serialization") for m in _REFERENCED]
+        _, extra = models_json_schema([(m, "serialization") for m in (*_REFERENCED, *referenced)]
                                       + [(m, "validation") for m in _ITEMS.values()], ref_template=REF)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, definition in extra.get("$defs", {}).items():
@@ -470,10 +493,17 @@ def install(app: FastAPI) -> None:
         for (body, field), model in _ITEMS.items():
             _document_items(components.get(body, {}).get("properties", {}).get(field), model)
         for operation in (op for path in schema.get("paths", {}).values() for op in path.values()):
+            # FastAPI adds its own 422 to a route with a body that documents none: the route's API answers a
+            # malformed body with 400 (Anthropic's), never with FastAPI's validation error
+            if operation.get("responses", {}).get("422", {}).get("content", {}).get("application/json", {}).get(
+                    "schema") == _FASTAPI_422:
+                del operation["responses"]["422"]
             for response in operation.get("responses", {}).values():
                 for media in response.get("content", {}).values():
                     if "$ref" in media.get("schema", {}):  # the routes' "-> Any" gave it a title only
                         media["schema"].pop("title", None)
+        for name in ("HTTPValidationError", "ValidationError"):  # referenced by FastAPI's 422 alone
+            components.pop(name, None)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema

@@ -221,6 +221,9 @@ def test_the_api_page_renders_offline(serve: Callable[..., Any], chromium: Brows
             page.goto(base_url + "/docs")
             expect(page.locator("#api h2")).to_have_text(["Routes", "Schemas"])
             expect(page.locator("#api").get_by_text("/v1/chat/completions", exact=True).first).to_be_visible()
+            messages = page.locator("#api details", has_text="/v1/messages").first  # a stream of named events
+            messages.locator("summary").click()
+            expect(messages).to_contain_text("named events: message_start MessageStart")
             expect(page.locator("#api details[id^='schema-']").first).to_be_attached()  # the schemas, collapsed
             assert [url for url in requests if not url.startswith(base_url + "/")] == []
             assert requests[:2] == [f"{base_url}/docs", f"{base_url}/openapi.json"] and not errors

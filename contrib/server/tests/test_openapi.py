@@ -28,6 +28,9 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
     "type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer"}},
     "required": ["unit", "days"], "additionalProperties": False}}}]
 
+ANTHROPIC_TOOL = {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}
+RESPONSES_TOOL = {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}
+
 
 @pytest.fixture(scope="module")
 def base(chat_model_path: Path, tiny_bert_factory: Callable[..., Path], tiny_reranker_path: Path) -> Iterator[str]:
@@ -46,6 +49,22 @@ def api(base: str) -> dict[str, Any]:
     reply = httpx.get(f"{base}/openapi.json", headers=AUTH, timeout=10)
     assert reply.status_code == 200
     return reply.json()
+
+
+def sse_events(text: str) -> list[dict[str, str]]:
+    """The events of an SSE body, each as its fields (``data`` lines joined), comments (pings) left out."""
+    events: list[dict[str, str]] = []
+    for block in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            fields[name] = f"{fields[name]}\n{value}" if name in fields else value
+        if fields:
+            events.append(fields)
+    return events
 
 
 class Checker:
@@ -99,14 +118,23 @@ class Checker:
         assert media in content, f"{where}: {media} not documented ({sorted(content)})"
         self.seen.add((method, path, str(reply.status_code), media))
         if media == "text/event-stream":
-            events = [line[len("data: "):] for line in reply.text.split("\n\n") if line.startswith("data: ")]
-            assert events and events[-1] == "[DONE]", f"{where}: the stream does not end with [DONE]"
+            events = sse_events(reply.text)
             item = content[media]["itemSchema"]
+            if "oneOf" in item:  # named events, each name with its data's schema: [(name, data), ...]
+                named: list[tuple[str, Any]] = []
+                for event in events:
+                    self.validate(event, item, where)
+                    schemas = [o["properties"]["data"]["contentSchema"] for o in item["oneOf"]
+                               if o["properties"]["event"]["const"] == event["event"]]
+                    named.append((event["event"], json.loads(event["data"])))
+                    self.validate(named[-1][1], schemas[0], where)
+                return named
+            assert events and events[-1] == {"data": "[DONE]"}, f"{where}: the stream does not end with [DONE]"
             data: list[Any] = []
-            for text in events:
-                self.validate({"data": text}, item, where)
-                if text != "[DONE]":
-                    data.append(json.loads(text))
+            for event in events:
+                self.validate(event, item, where)
+                if event["data"] != "[DONE]":
+                    data.append(json.loads(event["data"]))
                     self.validate(data[-1], item["properties"]["data"]["anyOf"][1]["contentSchema"], where)
             return data
         if media == "application/json":
@@ -118,18 +146,22 @@ class Checker:
 
 def test_the_schema_documents_every_route(api: dict[str, Any]) -> None:
     operations = {(method, path) for path, methods in api["paths"].items() for method in methods}
-    assert len(operations) == 12, sorted(operations)
+    assert len(operations) == 19, sorted(operations)
     for path, methods in api["paths"].items():
+        anthropic = path.startswith("/v1/messages")  # Anthropic's error object, and its 400 for a malformed body
         for method, operation in methods.items():
             ok = operation["responses"]["200"]["content"]
             assert all(media.get("schema") or media.get("itemSchema") for media in ok.values()), (method, path)
             for status, response in operation["responses"].items():
                 if status != "200" and (path, status) != ("/health", "503"):
                     assert response["content"]["application/json"]["schema"] == {
-                        "$ref": "#/components/schemas/ErrorResponse"}, (method, path, status)
+                        "$ref": f"#/components/schemas/{'AnthropicError' if anthropic else 'ErrorResponse'}"}, (
+                        method, path, status)
             assert ("security" in operation) == (path != "/health"), (method, path)
             if method == "post":
-                assert {"400", "413", "422", "500"} <= set(operation["responses"]), (method, path)
+                assert {"400", "413", "500"} <= set(operation["responses"]), (method, path)
+                assert ("422" in operation["responses"]) != anthropic, (method, path)
+    assert "HTTPValidationError" not in json.dumps(api)  # FastAPI's own 422, which no route answers
     assert api["components"]["securitySchemes"] == {
         "bearer": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>`, as OpenAI's "
                                                                       "clients send it"},
@@ -203,6 +235,50 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert {c["choices"][0]["index"] for c in events if c["choices"]} == {0, 1} and "usage" in events[-1]
     call("POST", chat, {"messages": MESSAGES, "max_tokens": 4, "response_format": {"type": "json_object"}})
 
+    messages = "/v1/messages"
+    status, message = call("POST", messages, {"model": "tiny", "max_tokens": 4, "messages": MESSAGES,
+                                              "system": "Be brief.", "stop_sequences": ["\n\n"]})
+    assert status == 200 and message["content"][0]["type"] == "text", message
+    _, used = call("POST", messages, {"model": "tiny", "max_tokens": 200, "temperature": 0, "messages": MESSAGES,
+                                      "tools": [ANTHROPIC_TOOL],
+                                      "tool_choice": {"type": "tool", "name": "get_weather"}})
+    assert used["stop_reason"] == "tool_use" and used["content"][-1]["input"]["unit"] in ("celsius", "fahrenheit")
+    _, events = call("POST", messages, {"model": "tiny", "max_tokens": 200, "temperature": 0, "messages": MESSAGES,
+                                        "tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "any"}, "stream": True})
+    assert [name for name, _ in events][:2] == ["message_start", "ping"] and events[-1][0] == "message_stop"
+    assert any(data.get("delta", {}).get("type") == "input_json_delta" for _, data in events), events
+    _, events = call("POST", messages, {"model": "tiny", "max_tokens": 3, "messages": MESSAGES, "stream": True})
+    assert any(data.get("delta", {}).get("type") == "text_delta" for _, data in events), events
+    _, counted = call("POST", f"{messages}/count_tokens", {"model": "tiny", "messages": MESSAGES})
+    assert counted["input_tokens"] > 0
+
+    responses = "/v1/responses"
+    _, first = call("POST", responses, {"model": "tiny", "input": "Name a river.", "instructions": "Be brief.",
+                                        "max_output_tokens": 4})
+    assert first["status"] == "incomplete" and first["output"][0]["type"] == "message", first
+    _, events = call("POST", responses, {"model": "tiny", "input": [{"role": "user", "content": "And another?"}],
+                                         "previous_response_id": first["id"], "max_output_tokens": 3,
+                                         "stream": True})
+    assert events[0][0] == "response.created" and events[-1][0] == "response.incomplete", events
+    second = events[-1][1]["response"]
+    _, called = call("POST", responses, {"model": "tiny", "input": "Weather?", "temperature": 0,
+                                         "max_output_tokens": 200, "tools": [RESPONSES_TOOL],
+                                         "tool_choice": {"type": "function", "name": "get_weather"}, "store": False})
+    assert called["output"][-1]["type"] == "function_call" and called["status"] == "completed", called
+    _, events = call("POST", responses, {"model": "tiny", "input": "Weather?", "temperature": 0,
+                                         "max_output_tokens": 200, "tools": [RESPONSES_TOOL],
+                                         "tool_choice": "required", "stream": True})
+    assert "response.function_call_arguments.done" in [name for name, _ in events], events
+    _, counted = call("POST", f"{responses}/input_tokens", {"model": "tiny", "input": "More?",
+                                                            "previous_response_id": first["id"]})
+    assert counted["input_tokens"] > 0
+    one = f"{responses}/{{response_id}}"
+    _, stored = call("GET", f"{responses}/{first['id']}", route=one)
+    assert stored["id"] == first["id"]
+    _, page = call("GET", f"{responses}/{first['id']}/input_items?order=asc&limit=1", route=f"{one}/input_items")
+    assert page["data"][0]["content"] == [{"type": "input_text", "text": "Name a river."}] and not page["has_more"]
+    assert call("DELETE", f"{responses}/{first['id']}", route=one)[1]["deleted"] is True
+
     embeddings = "/v1/embeddings"
     _, floats = call("POST", embeddings, {"model": "embedder", "input": ["a cat", "a dog"]})
     assert isinstance(floats["data"][1]["embedding"][0], float)
@@ -238,6 +314,21 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert call("POST", completions, {"prompt": "x" * 5000})[0] == 413
     assert call("POST", "/detokenize", {"tokens": "abc"})[0] == 422
     assert call("POST", "/extras/tokenize/count", {})[0] == 422
+    status, refused = call("POST", messages, {"model": "tiny", "messages": MESSAGES})  # no max_tokens
+    assert status == 400 and refused["error"]["type"] == "invalid_request_error", refused
+    assert call("POST", messages, {"model": "tiny", "max_tokens": 2, "messages": MESSAGES}, headers={})[0] == 401
+    assert call("POST", messages, {"model": "claude", "max_tokens": 2, "messages": MESSAGES})[1]["error"]["type"] == (
+        "not_found_error")
+    assert call("POST", f"{messages}/count_tokens", {"messages": []})[0] == 400
+    assert call("GET", f"{responses}/{first['id']}", route=one)[0] == 404  # deleted
+    assert call("DELETE", f"{responses}/resp_unknown", route=one)[0] == 404
+    assert call("GET", f"{responses}/resp_unknown/input_items", route=f"{one}/input_items")[0] == 404
+    assert call("GET", f"{responses}/{second['id']}/input_items?limit=0", route=f"{one}/input_items")[0] == 400
+    assert call("GET", f"{responses}/{second['id']}/input_items?after=msg_x", route=f"{one}/input_items")[0] == 404
+    assert call("GET", f"{responses}/x/input_items?limit=many", route=f"{one}/input_items")[0] == 422
+    assert call("POST", responses, {"input": "x", "previous_response_id": "resp_gone"})[0] == 404
+    assert call("POST", responses, {"input": "x", "max_output_tokens": 0})[0] == 422
+    assert call("POST", f"{responses}/input_tokens", {"input": "x", "model": "gpt-4"})[0] == 404
     reply = httpx.post(f"{base}/tokenize", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"})
     assert reply.status_code == 400 and check("post", "/tokenize", reply)["error"]["code"] == "invalid_json"
 
