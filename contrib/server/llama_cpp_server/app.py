@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 import llama_cpp
 from llama_cpp.engine import RequestScope
 
-from . import (anthropic_messages, anthropic_schema, bridge, errors, llama_server_timings, openai_responses,
-               openai_responses_schema, responses)
+from . import (anthropic_messages, anthropic_schema, bridge, errors, llama_server_schema, llama_server_timings,
+               openai_responses, openai_responses_schema, responses)
 from .anthropic_messages import CountTokensRequest, MessagesRequest
 from .openai_responses import InputTokensRequest, ResponsesRequest, ResponsesView
 from .response_store import ResponseStore
@@ -102,7 +102,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     app = FastAPI(title="llama_cpp server", version=llama_cpp.__version__, lifespan=lifespan,
                   root_path=server.root_path, docs_url=None, redoc_url=None,
                   openapi_url=None)  # both served below, /openapi.json keyed
-    responses.install(app, (*anthropic_schema.REFERENCED, *openai_responses_schema.REFERENCED))
+    responses.install(app, (*anthropic_schema.REFERENCED, *openai_responses_schema.REFERENCED,
+                           *llama_server_schema.REFERENCED))
     app.state.pool = pool
     app.state.settings = server
     app.state.responses = stored  # (a Serve replica gives it its home: ray_serve.LlamaServer)
@@ -364,9 +365,9 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    # -- llama-server's own routes (not in the OpenAPI schema yet: docs/server.md) -----------------
-    @app.post("/completion", dependencies=keyed, include_in_schema=False)
-    @app.post("/completions", dependencies=keyed, include_in_schema=False)
+    # -- llama-server's own routes ---------------------------------------------------------------
+    @app.post("/completions", dependencies=keyed, responses=llama_server_schema.COMPLETION)
+    @app.post("/completion", dependencies=keyed, include_in_schema=False)  # llama-server's legacy path
     async def native_completion(body: NativeCompletionRequest, request: Request) -> Any:
         body = native_with_server_defaults(body, server)
         lease = await pool.admit(body.model)
@@ -383,7 +384,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                                 form=bridge.LLAMA_SERVER)
         return await answer(request, lease, lambda: shaper.whole(llm.completion_events(**arguments)))
 
-    @app.post("/infill", dependencies=keyed, include_in_schema=False)
+    @app.post("/infill", dependencies=keyed, responses=llama_server_schema.INFILL)
     async def native_infill(body: NativeInfillRequest, request: Request) -> Any:
         lease = await pool.admit(body.model)
         try:
@@ -402,17 +403,17 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
 
-    @app.post("/apply-template", dependencies=keyed, include_in_schema=False)
+    @app.post("/apply-template", dependencies=keyed, responses=llama_server_schema.APPLY_TEMPLATE)
     async def post_apply_template(body: ChatRequest) -> Any:
         return await rendering(body, apply_template)
 
-    @app.post("/chat/completions/input_tokens", dependencies=keyed, include_in_schema=False)
+    @app.post("/chat/completions/input_tokens", dependencies=keyed, responses=llama_server_schema.INPUT_TOKENS)
     @app.post("/v1/chat/completions/input_tokens", dependencies=keyed, include_in_schema=False)
     async def post_input_tokens(body: ChatRequest) -> Any:
         return await rendering(body, input_tokens)
 
-    @app.post("/embedding", dependencies=keyed, include_in_schema=False)
-    @app.post("/embeddings", dependencies=keyed, include_in_schema=False)
+    @app.post("/embeddings", dependencies=keyed, responses=llama_server_schema.EMBEDDING)
+    @app.post("/embedding", dependencies=keyed, include_in_schema=False)  # llama-server's legacy path
     async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
         inputs = embedding_inputs(body)
         lease = await embedder(body.model, 501)  # llama-server's code for a feature it was not started with

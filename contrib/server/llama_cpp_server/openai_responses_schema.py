@@ -12,7 +12,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, Field
 
 from .openai_responses import Item
-from .responses import GENERATION_ERRORS, TOKEN_ERRORS, AnswerModel, errors, named_sse_content, ok
+from .responses import (GENERATION_ERRORS, TOKEN_ERRORS, AnswerModel, InputTokenCount, errors, named_sse_content,
+                        ok)
 
 Status = Literal["in_progress", "completed", "incomplete"]
 ItemStatus = Literal["in_progress", "completed"]
@@ -213,11 +214,6 @@ class InputItemsPage(AnswerModel):
     has_more: bool
 
 
-class ResponseInputTokens(AnswerModel):
-    object: Literal["response.input_tokens"]
-    input_tokens: int
-
-
 #: the stream's events by name, as :class:`.openai_responses.ResponseStream` writes them
 EVENTS: dict[str, type[BaseModel]] = {
     **dict.fromkeys(("response.created", "response.in_progress", "response.completed", "response.incomplete"),
@@ -239,7 +235,7 @@ CREATE: dict[int | str, dict[str, Any]] = {
             named_sse_content(EVENTS)),
     **errors(*GENERATION_ERRORS, descriptions=_CONTINUED)}
 INPUT_TOKENS: dict[int | str, dict[str, Any]] = {
-    200: ok(ResponseInputTokens, "How many tokens the prompt of this input (after the previous response's "
+    200: ok(InputTokenCount, "How many tokens the prompt of this input (after the previous response's "
                                  "conversation) has"),
     **errors(*TOKEN_ERRORS, descriptions=_CONTINUED)}
 GET: dict[int | str, dict[str, Any]] = {200: ok(ResponseObject, "The stored response"),

@@ -35,10 +35,14 @@ class AnswerModel(BaseModel):
 class ErrorDetail(AnswerModel):
     message: str = Field(description="what was wrong, and what is allowed")
     type: Literal["invalid_request_error", "authentication_error", "permission_error", "not_found_error",
-                  "rate_limit_error", "server_error", "timeout_error"]
+                  "rate_limit_error", "server_error", "timeout_error", "not_supported_error",
+                  "exceed_context_size_error"]
     param: str | None = Field(description="the request field at fault (``messages[0].role``), if one is")
     code: str | None = Field(description="a machine-readable code (``invalid_api_key``, ``model_not_found``, "
                                          "``server_busy``, a validation error's type...), if there is one")
+    n_prompt_tokens: int | None = Field(None, description="with exceed_context_size_error (llama-server's): the "
+                                                          "prompt's tokens")
+    n_ctx: int | None = Field(None, description="with exceed_context_size_error: what the context holds")
 
 
 class ErrorResponse(AnswerModel):
@@ -306,6 +310,13 @@ class Detokenized(AnswerModel):
     text: str = Field(description="the same text (the reference's name)")
 
 
+class InputTokenCount(AnswerModel):
+    """How many tokens a request's prompt takes, without generating (OpenAI's and llama-server's shape)."""
+
+    object: Literal["response.input_tokens"]
+    input_tokens: int
+
+
 class Health(AnswerModel):
     status: Literal["ok"]
 
@@ -356,7 +367,7 @@ def _document_items(schema: Any, model: type[BaseModel]) -> None:
     """Give the free-form ``items`` in ``schema`` (a list field's, nullable or not) ``model``'s shape."""
     if isinstance(schema, dict):
         if schema.get("items") == _FREE_FORM:
-            schema["items"] = _ref(model)
+            schema["items"] = ref(model)
         for option in schema.get("anyOf", ()):
             _document_items(option, model)
 
@@ -371,13 +382,14 @@ _ERRORS = {
     422: "A field of the wrong type, out of its bounds, or unknown (`param` names it)",
     429: "The model's sequences and queue are full; retry after `Retry-After` seconds",
     500: "A bug: the details are in the server's log",
+    501: "The model or the server does not do this (llama-server's code for a feature it was not started with)",
     503: "The server is shutting down",
     504: "The request took longer than `request_timeout` and was cancelled",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}
 
 
-def _ref(model: type[BaseModel]) -> dict[str, str]:
+def ref(model: type[BaseModel]) -> dict[str, str]:
     return {"$ref": REF.format(model=model.__name__)}
 
 
@@ -389,25 +401,26 @@ def errors(*statuses: int, body: type[BaseModel] | None = None,
     out: dict[int | str, dict[str, Any]] = {}
     for status in statuses:
         out[status] = {"description": (descriptions or {}).get(status, _ERRORS[status]),
-                       "content": {"application/json": {"schema": _ref(body or ErrorResponse)}}}
+                       "content": {"application/json": {"schema": ref(body or ErrorResponse)}}}
         if status == 429:
             out[status]["headers"] = _RETRY_AFTER
     return out
 
 
-def sse_content(chunk: type[BaseModel]) -> dict[str, Any]:
-    """``text/event-stream`` whose events carry ``chunk`` (or an error object) as JSON, and ``[DONE]``."""
+def sse_content(*chunks: type[BaseModel], done: bool = True) -> dict[str, Any]:
+    """``text/event-stream`` whose events carry one of ``chunks`` (or an error object) as JSON, and with
+    ``done`` ``[DONE]`` last (llama-server's own routes send none)."""
+    data: dict[str, Any] = {
+        "type": "string", "contentMediaType": "application/json",
+        "contentSchema": {"anyOf": [*map(ref, chunks), ref(ErrorResponse)]},
+        "description": "an event's object; or, when the stream fails after it started, an error object"}
     return {"text/event-stream": {
         "itemSchema": {
             "type": "object",
             "required": ["data"],
             "properties": {
-                "data": {"anyOf": [
-                    {"type": "string", "const": "[DONE]", "description": "the end of the stream"},
-                    {"type": "string", "contentMediaType": "application/json",
-                     "contentSchema": {"anyOf": [_ref(chunk), _ref(ErrorResponse)]},
-                     "description": "a chunk; or, when the stream fails after it started, an error object"},
-                ]},
+                "data": {"anyOf": [{"type": "string", "const": "[DONE]", "description": "the end of the stream"},
+                                   data]} if done else data,
                 "event": {"type": "string"},
                 "id": {"type": "string"},
                 "retry": {"type": "integer", "minimum": 0},
@@ -424,7 +437,7 @@ def named_sse_content(events: Mapping[str, type[BaseModel]]) -> dict[str, Any]:
         "required": ["event", "data"],
         "properties": {
             "event": {"type": "string", "const": name},
-            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(model)},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": ref(model)},
             "id": {"type": "string"},
             "retry": {"type": "integer", "minimum": 0},
         },
@@ -500,7 +513,8 @@ def install(app: FastAPI, referenced: Sequence[type[BaseModel]] = ()) -> None:
                 del operation["responses"]["422"]
             for response in operation.get("responses", {}).values():
                 for media in response.get("content", {}).values():
-                    if "$ref" in media.get("schema", {}):  # the routes' "-> Any" gave it a title only
+                    if "$ref" in media.get("schema", {}) or "anyOf" in media.get("schema", {}):
+                        # the routes' "-> Any" gave it a title only
                         media["schema"].pop("title", None)
         for name in ("HTTPValidationError", "ValidationError"):  # referenced by FastAPI's 422 alone
             components.pop(name, None)

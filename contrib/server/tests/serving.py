@@ -139,6 +139,22 @@ def chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             TinyLlamaSpec(chat_template=CHAT_TEMPLATE))
 
 
+# tokens of the tiny vocabulary given the fill-in-the-middle roles (llama-server's /infill needs them)
+FIM_IDS = {"fim_pre": 31990, "fim_suf": 31991, "fim_mid": 31992, "fim_rep": 31993, "fim_sep": 31994}
+
+
+def fim_metadata() -> tuple[tuple[str, int], ...]:
+    """The GGUF keys that make a tiny model's :data:`FIM_IDS` its fill-in-the-middle tokens."""
+    return tuple((f"tokenizer.ggml.{name}_token_id", token) for name, token in FIM_IDS.items())
+
+
+@pytest.fixture(scope="session")
+def fim_chat_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny chat model (its template) with fill-in-the-middle tokens too: every generation route answers."""
+    return write_tiny_llama(tmp_path_factory.mktemp("fim-chat") / "tiny-fim-chat.gguf",
+                            TinyLlamaSpec(chat_template=CHAT_TEMPLATE, extra_metadata=fim_metadata()))
+
+
 @pytest.fixture(scope="session")
 def reasoning_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random llama with Qwen3's chat template (its thinking markers, its tool calls): a grammar forces

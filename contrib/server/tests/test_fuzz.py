@@ -56,8 +56,8 @@ def _schema() -> Any:
 
 
 SCHEMA = _schema()
-generation = SCHEMA.exclude(path=["/v1/embeddings", "/v1/rerank"])
-embedding = SCHEMA.include(path="/v1/embeddings")
+generation = SCHEMA.exclude(path=["/v1/embeddings", "/embeddings", "/v1/rerank"])
+embedding = SCHEMA.include(path=["/v1/embeddings", "/embeddings"])
 rerank = SCHEMA.include(path="/v1/rerank")
 
 
@@ -69,9 +69,10 @@ def _serving(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def generation_base(chat_model_path: Path) -> Iterator[str]:
-    """The tiny chat model's server: every operation but embeddings and rerank."""
-    yield from _serving(tiny_settings(chat_model_path, **SMALL))
+def generation_base(fim_chat_model_path: Path) -> Iterator[str]:
+    """The tiny chat model's server (with fill-in-the-middle tokens): every operation but the embeddings and
+    rerank ones."""
+    yield from _serving(tiny_settings(fim_chat_model_path, **SMALL))
 
 
 @pytest.fixture(scope="module")
@@ -114,5 +115,5 @@ def test_zz_every_operation_was_fuzzed() -> None:
     if not calls:
         pytest.skip("the fuzz tests did not run")
     print("\nrequests per operation:", dict(sorted(calls.items())))
-    assert len(calls) == len(list(SCHEMA.get_all_operations())) == 19, sorted(calls)
+    assert len(calls) == len(list(SCHEMA.get_all_operations())) == 24, sorted(calls)
     assert all(n >= EXAMPLES for label, n in calls.items() if label != "GET /health"), calls

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serving import llama_server, running, tiny_settings
+from serving import fim_metadata, llama_server, running, tiny_settings
 
 from llama_cpp import Llama
 from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
@@ -278,14 +278,11 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
         assert field in json.dumps(reply.json()["error"]), (body, reply.text)
 
 
-FIM_IDS = {"fim_pre": 31990, "fim_suf": 31991, "fim_mid": 31992, "fim_rep": 31993, "fim_sep": 31994}
-
-
 @pytest.fixture(scope="module")
 def fim_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """Ours and llama-server on a tiny model with fill-in-the-middle tokens (repository ones too)."""
-    metadata = tuple((f"tokenizer.ggml.{name}_token_id", token) for name, token in FIM_IDS.items())
-    path = write_tiny_llama(tmp_path_factory.mktemp("fim") / "tiny-fim.gguf", TinyLlamaSpec(extra_metadata=metadata))
+    path = write_tiny_llama(tmp_path_factory.mktemp("fim") / "tiny-fim.gguf",
+                            TinyLlamaSpec(extra_metadata=fim_metadata()))
     with running(tiny_settings(path, n_seq_max=1)) as ours, \
             llama_server(path, "-c", "2048", "-np", "1", "--alias", "tiny") as theirs:
         yield ours, theirs

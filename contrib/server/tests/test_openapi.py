@@ -33,10 +33,11 @@ RESPONSES_TOOL = {"type": "function", "name": "get_weather", "parameters": TOOLS
 
 
 @pytest.fixture(scope="module")
-def base(chat_model_path: Path, tiny_bert_factory: Callable[..., Path], tiny_reranker_path: Path) -> Iterator[str]:
-    """One server of a chat model, an embedding model and a reranker, with an API key."""
+def base(fim_chat_model_path: Path, tiny_bert_factory: Callable[..., Path], tiny_reranker_path: Path) -> Iterator[str]:
+    """One server of a chat model (with fill-in-the-middle tokens), an embedding model and a reranker, with an
+    API key."""
     common = {"n_ctx": 512, "n_seq_max": 2, "n_threads": 1, "n_threads_batch": 1}
-    models = [ModelSettings(model=str(chat_model_path), model_alias="tiny", **common),
+    models = [ModelSettings(model=str(fim_chat_model_path), model_alias="tiny", **common),
               ModelSettings(model=str(tiny_bert_factory(pooling="mean")), model_alias="embedder", embeddings=True,
                             **common),
               ModelSettings(model=str(tiny_reranker_path), model_alias="reranker", embeddings=True, **common)]
@@ -94,6 +95,8 @@ class Checker:
             if self.validator(option).is_valid(instance):  # the first alternative it matches
                 yield from self.undocumented(instance, option, path)
                 return
+        if schema.get("additionalProperties") is True:  # any field is documented (response_fields' picks)
+            return
         if isinstance(instance, dict) and "properties" in schema:
             for key, value in instance.items():
                 if key not in schema["properties"]:
@@ -129,13 +132,16 @@ class Checker:
                     named.append((event["event"], json.loads(event["data"])))
                     self.validate(named[-1][1], schemas[0], where)
                 return named
-            assert events and events[-1] == {"data": "[DONE]"}, f"{where}: the stream does not end with [DONE]"
+            done = "anyOf" in item["properties"]["data"]  # OpenAI's streams end with [DONE], llama-server's not
+            if done:
+                assert events and events[-1] == {"data": "[DONE]"}, f"{where}: the stream does not end with [DONE]"
+            objects = item["properties"]["data"]["anyOf"][1] if done else item["properties"]["data"]
             data: list[Any] = []
             for event in events:
                 self.validate(event, item, where)
                 if event["data"] != "[DONE]":
                     data.append(json.loads(event["data"]))
-                    self.validate(data[-1], item["properties"]["data"]["anyOf"][1]["contentSchema"], where)
+                    self.validate(data[-1], objects["contentSchema"], where)
             return data
         if media == "application/json":
             self.validate(reply.json(), content[media]["schema"], where)
@@ -146,7 +152,7 @@ class Checker:
 
 def test_the_schema_documents_every_route(api: dict[str, Any]) -> None:
     operations = {(method, path) for path, methods in api["paths"].items() for method in methods}
-    assert len(operations) == 19, sorted(operations)
+    assert len(operations) == 24, sorted(operations)
     for path, methods in api["paths"].items():
         anthropic = path.startswith("/v1/messages")  # Anthropic's error object, and its 400 for a malformed body
         for method, operation in methods.items():
@@ -235,6 +241,40 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert {c["choices"][0]["index"] for c in events if c["choices"]} == {0, 1} and "usage" in events[-1]
     call("POST", chat, {"messages": MESSAGES, "max_tokens": 4, "response_format": {"type": "json_object"}})
 
+    native = "/completions"  # llama-server's own routes
+    whole_result = {"$ref": "#/components/schemas/CompletionResult"}  # not only the picked fields' shape
+
+    status, result = call("POST", native, {"prompt": "Once", "n_predict": 4, "n_probs": 2, "return_tokens": True})
+    assert status == 200 and len(result["tokens"]) == 4 and len(result["completion_probabilities"]) == 4, result
+    check.validate(result, whole_result, native)
+    _, results = call("POST", native, {"prompt": ["Once", [1, 450]], "n_predict": 2, "post_sampling_probs": True,
+                                       "n_probs": 1, "stop": ["\n"]})
+    assert [r["index"] for r in results] == [0, 1] and "top_probs" in results[0]["completion_probabilities"][0]
+    check.validate(results, {"type": "array", "items": whole_result}, native)
+    _, picked = call("POST", native, {"prompt": "Once", "n_predict": 2,
+                                      "response_fields": ["content", "generation_settings/n_predict"]})
+    assert picked["generation_settings/n_predict"] == 2 and set(picked) == {"content", "generation_settings/n_predict"}
+    _, events = call("POST", native, {"prompt": "Once", "n_predict": 3, "stream": True, "n_probs": 1,
+                                      "timings_per_token": True, "return_progress": True})
+    assert events[-1]["stop"] is True and [e for e in events if "prompt_progress" in e], events
+    check.validate(events[-1], whole_result, native)
+    for event in events[:-1]:
+        check.validate(event, {"$ref": "#/components/schemas/CompletionToken"}, native)
+    _, events = call("POST", native, {"prompt": "Once", "n_predict": 2, "stream": True,
+                                      "response_fields": ["content"]})
+    assert events[-1] == {"content": ""}, events
+    _, filled = call("POST", "/infill", {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n",
+                                         "input_extra": [{"filename": "u.py", "text": "x = 1\n"}], "n_predict": 3})
+    assert filled["tokens_predicted"] == 3, filled
+    check.validate(filled, whole_result, "/infill")
+    call("POST", "/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 2, "stream": True})
+    _, vectors = call("POST", "/embeddings", {"model": "embedder", "input": ["a cat", "a dog"]})
+    assert [v["index"] for v in vectors] == [0, 1] and len(vectors[0]["embedding"]) == 1
+    _, rendered = call("POST", "/apply-template", {"messages": MESSAGES})
+    assert rendered["prompt"].startswith("<|user|>Name three rivers."), rendered
+    _, counted = call("POST", "/chat/completions/input_tokens", {"messages": MESSAGES})
+    assert counted["input_tokens"] > 0 and counted["object"] == "response.input_tokens"
+
     messages = "/v1/messages"
     status, message = call("POST", messages, {"model": "tiny", "max_tokens": 4, "messages": MESSAGES,
                                               "system": "Be brief.", "stop_sequences": ["\n\n"]})
@@ -312,8 +352,18 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert call("POST", embeddings, {"model": "tiny", "input": "x"})[0] == 400
     assert call("POST", "/v1/rerank", {"model": "embedder", "query": "q", "documents": ["d"]})[0] == 400
     assert call("POST", completions, {"prompt": "x" * 5000})[0] == 413
+    status, too_long = call("POST", completions, {"prompt": "hello " * 400, "max_tokens": 1})
+    assert status == 400 and too_long["error"]["type"] == "exceed_context_size_error", too_long
+    assert call("POST", native, {"prompt": "hello " * 400, "n_predict": 1})[0] == 400
     assert call("POST", "/detokenize", {"tokens": "abc"})[0] == 422
     assert call("POST", "/extras/tokenize/count", {})[0] == 422
+    assert call("POST", native, {"prompt": "x", "logit_bias": [[1]]})[0] == 400
+    assert call("POST", native, {"prompt": "x", "samplers": ["nope"]})[0] == 400
+    assert call("POST", native, {"prompt": "x", "n_predict": "many"})[0] == 422
+    assert call("POST", "/infill", {"model": "embedder", "input_prefix": "a", "input_suffix": "b"})[0] == 501
+    assert call("POST", "/embeddings", {"model": "tiny", "input": "x"})[0] == 501
+    assert call("POST", "/embeddings", {"model": "embedder"})[0] == 400
+    assert call("POST", "/apply-template", {"messages": MESSAGES, "model": "gpt-4"})[0] == 404
     status, refused = call("POST", messages, {"model": "tiny", "messages": MESSAGES})  # no max_tokens
     assert status == 400 and refused["error"]["type"] == "invalid_request_error", refused
     assert call("POST", messages, {"model": "tiny", "max_tokens": 2, "messages": MESSAGES}, headers={})[0] == 401
