@@ -335,18 +335,21 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             raise errors.APIError(400, f"model: required, one of {', '.join(pool.names)}", param="model")
         return name
 
-    @app.post("/models/load", dependencies=keyed, include_in_schema=False)
+    @app.post("/models/load", dependencies=keyed, responses=llama_server_schema.LOAD,
+              openapi_extra=llama_server_schema.LOAD_BODY)
     async def load_model(request: Request) -> Any:
         await pool.load(await named_model(request))
         return {"success": True}
 
-    @app.post("/models/unload", dependencies=keyed, include_in_schema=False)
+    @app.post("/models/unload", dependencies=keyed, responses=llama_server_schema.UNLOAD,
+              openapi_extra=llama_server_schema.UNLOAD_BODY)
     async def unload_model(request: Request) -> Any:
         name = await named_model(request)
         await run_in_threadpool(pool.unload, name)
         return {"success": True}
 
-    @app.get("/models/sse", dependencies=keyed, include_in_schema=False)
+    @app.get("/models/sse", dependencies=keyed, response_class=StreamingResponse,
+             responses=llama_server_schema.MODEL_EVENTS)
     async def models_events() -> Any:
         """llama-server's ``/models/sse``: each model's current status first (so a client knows where it
         starts), then every status change and load progress as it happens, pings between them."""
@@ -422,7 +425,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                                                                  truncate=False))
         return vectors if isinstance(vectors, Response) else native_embeddings(vectors)
 
-    @app.get("/slots", dependencies=keyed, include_in_schema=False)
+    @app.get("/slots", dependencies=keyed, responses=llama_server_schema.SLOTS)
     async def get_slots(model: str | None = None) -> Any:
         if not server.slots_endpoint:
             raise errors.APIError(501, "the slots endpoint is off (slots_endpoint: false, llama-server's --no-slots)")
@@ -432,7 +435,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
 
-    @app.post("/slots/{id_slot}", dependencies=keyed, include_in_schema=False)
+    @app.post("/slots/{id_slot}", dependencies=keyed, responses=llama_server_schema.SLOT_ACTION,
+              openapi_extra=llama_server_schema.SLOT_ACTION_BODY)
     async def post_slot(id_slot: str, request: Request, action: str | None = None, model: str | None = None) -> Any:
         body = await request.body()
         try:
@@ -449,7 +453,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
 
-    @app.get("/prefixes", dependencies=keyed, include_in_schema=False)
+    @app.get("/prefixes", dependencies=keyed, responses=llama_server_schema.PREFIXES)
     async def get_prefixes(model: str | None = None, block_tokens: int = 32, max_hashes: int = 4096) -> Any:
         """What the model's engine can reuse, as chained block hashes, for a balancer in front of several
         servers (docs/server.md)."""
@@ -464,20 +468,21 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
             lease.release()
         return {"name": lease.served.name, **summary.to_json()}
 
-    @app.get("/lora-adapters", dependencies=keyed, include_in_schema=False)
+    @app.get("/lora-adapters", dependencies=keyed, responses=llama_server_schema.LORA_ADAPTERS)
     async def get_lora_adapters(model: str | None = None) -> Any:
         lease = await pool.admit(model)
         lease.release()
         return lease.served.lora.listing()
 
-    @app.post("/lora-adapters", dependencies=keyed, include_in_schema=False)
+    @app.post("/lora-adapters", dependencies=keyed, responses=llama_server_schema.SET_LORA_ADAPTERS,
+              openapi_extra=llama_server_schema.SET_LORA_ADAPTERS_BODY)
     async def post_lora_adapters(request: Request, model: str | None = None) -> Any:
         body = await request.body()
         lease = await pool.admit(model)
         lease.release()
         return lease.served.lora.set_scales(body)
 
-    @app.get("/props", dependencies=keyed, include_in_schema=False)
+    @app.get("/props", dependencies=keyed, responses=llama_server_schema.PROPS)
     async def get_props(model: str | None = None) -> Any:
         lease = await pool.admit(model)
         try:
@@ -493,7 +498,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         finally:
             lease.release()
 
-    @app.post("/props", dependencies=keyed, include_in_schema=False)
+    @app.post("/props", dependencies=keyed, responses=llama_server_schema.POST_PROPS,
+              openapi_extra=llama_server_schema.POST_PROPS_BODY)
     async def post_props_route(request: Request) -> Any:
         return post_props(server.props_endpoint, await request.body())
 

@@ -378,6 +378,7 @@ _ERRORS = {
          "does not allow (the message says what is allowed)",
     401: "No valid API key (when the server has keys): send `Authorization: Bearer <key>` or `X-Api-Key`",
     404: "No such model (`param`: `model`); the message lists the available ones",
+    409: "The model or sequence is busy",
     413: "The body is larger than `max_body_bytes`",
     422: "A field of the wrong type, out of its bounds, or unknown (`param` names it)",
     429: "The model's sequences and queue are full; retry after `Retry-After` seconds",

@@ -33,15 +33,18 @@ RESPONSES_TOOL = {"type": "function", "name": "get_weather", "parameters": TOOLS
 
 
 @pytest.fixture(scope="module")
-def base(fim_chat_model_path: Path, tiny_bert_factory: Callable[..., Path], tiny_reranker_path: Path) -> Iterator[str]:
+def base(fim_chat_model_path: Path, tiny_bert_factory: Callable[..., Path], tiny_reranker_path: Path,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One server of a chat model (with fill-in-the-middle tokens), an embedding model and a reranker, with an
-    API key."""
+    API key, a folder for slot files and ``POST /props``."""
     common = {"n_ctx": 512, "n_seq_max": 2, "n_threads": 1, "n_threads_batch": 1}
     models = [ModelSettings(model=str(fim_chat_model_path), model_alias="tiny", **common),
               ModelSettings(model=str(tiny_bert_factory(pooling="mean")), model_alias="embedder", embeddings=True,
                             **common),
               ModelSettings(model=str(tiny_reranker_path), model_alias="reranker", embeddings=True, **common)]
-    with running(Settings(models=models, max_loaded_models=3, api_keys=[KEY], max_body_bytes=4096)) as url:
+    settings = Settings(models=models, max_loaded_models=3, api_keys=[KEY], max_body_bytes=4096,
+                        slot_save_path=str(tmp_path_factory.mktemp("slots")), props_endpoint=True)
+    with running(settings) as url:
         yield url
 
 
@@ -152,7 +155,7 @@ class Checker:
 
 def test_the_schema_documents_every_route(api: dict[str, Any]) -> None:
     operations = {(method, path) for path, methods in api["paths"].items() for method in methods}
-    assert len(operations) == 24, sorted(operations)
+    assert len(operations) == 34, sorted(operations)
     for path, methods in api["paths"].items():
         anthropic = path.startswith("/v1/messages")  # Anthropic's error object, and its 400 for a malformed body
         for method, operation in methods.items():
@@ -166,7 +169,7 @@ def test_the_schema_documents_every_route(api: dict[str, Any]) -> None:
             assert ("security" in operation) == (path != "/health"), (method, path)
             if method == "post":
                 assert {"400", "413", "500"} <= set(operation["responses"]), (method, path)
-                assert ("422" in operation["responses"]) != anthropic, (method, path)
+                assert not (anthropic and "422" in operation["responses"]), path
     assert "HTTPValidationError" not in json.dumps(api)  # FastAPI's own 422, which no route answers
     assert api["components"]["securitySchemes"] == {
         "bearer": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer <key>`, as OpenAI's "
@@ -275,6 +278,35 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     _, counted = call("POST", "/chat/completions/input_tokens", {"messages": MESSAGES})
     assert counted["input_tokens"] > 0 and counted["object"] == "response.input_tokens"
 
+    _, properties = call("GET", "/props?model=embedder", route="/props")
+    assert properties["model_alias"] == "embedder" and properties["total_slots"] == 2
+    assert call("POST", "/props", {})[1] == {"success": True}
+    slots = "/slots/{id_slot}"
+    assert [slot["id"] for slot in call("GET", "/slots")[1]] == [0, 1]
+    assert call("POST", "/slots/0?action=save", {"filename": "s0.bin"}, route=slots)[1]["filename"] == "s0.bin"
+    assert call("POST", "/slots/1?action=restore", {"filename": "s0.bin"}, route=slots)[1]["id_slot"] == 1
+    assert "n_erased" in call("POST", "/slots/1?action=erase", route=slots)[1]
+    _, prefixes = call("GET", "/prefixes?block_tokens=2", route="/prefixes")
+    assert prefixes["name"] == "tiny" and prefixes["block_tokens"] == 2 and prefixes["hashes"], prefixes
+    assert call("GET", "/lora-adapters")[1] == []
+    assert call("POST", "/lora-adapters", [])[1] == {"success": True}
+    assert call("POST", "/models/unload", {"model": "embedder"})[1] == {"success": True}
+    assert call("POST", "/models/load", {"model": "embedder"})[1] == {"success": True}
+    with httpx.stream("GET", f"{base}/models/sse", headers=AUTH, timeout=30) as reply:  # it does not end
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        statuses = []
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                statuses.append(line[len("data: "):])
+            if len(statuses) == 3:  # each model's, first
+                break
+    item = api["paths"]["/models/sse"]["get"]["responses"]["200"]["content"]["text/event-stream"]["itemSchema"]
+    for text in statuses:
+        check.validate({"data": text}, item, "GET /models/sse")
+        check.validate(json.loads(text), {"$ref": "#/components/schemas/ModelEvent"}, "GET /models/sse")
+    assert {json.loads(text)["model"] for text in statuses} == {"tiny", "embedder", "reranker"}
+    check.seen.add(("get", "/models/sse", "200", "text/event-stream"))
+
     messages = "/v1/messages"
     status, message = call("POST", messages, {"model": "tiny", "max_tokens": 4, "messages": MESSAGES,
                                               "system": "Be brief.", "stop_sequences": ["\n\n"]})
@@ -364,6 +396,19 @@ def test_real_answers_match_the_schema(base: str, api: dict[str, Any]) -> None:
     assert call("POST", "/embeddings", {"model": "tiny", "input": "x"})[0] == 501
     assert call("POST", "/embeddings", {"model": "embedder"})[0] == 400
     assert call("POST", "/apply-template", {"messages": MESSAGES, "model": "gpt-4"})[0] == 404
+    assert call("POST", "/props", {"n_ctx": 4})[0] == 400
+    assert call("POST", "/slots/0?action=restore", {"filename": "none.bin"}, route=slots)[0] == 400
+    assert call("POST", "/slots/0?action=save", {"filename": "../out.bin"}, route=slots)[0] == 400
+    assert call("POST", "/slots/x?action=erase", route=slots)[0] == 400
+    assert call("POST", "/slots/0?action=erase", {"filename": 3}, route=slots)[0] == 422
+    assert call("GET", "/prefixes?block_tokens=0", route="/prefixes")[0] == 400
+    assert call("GET", "/prefixes?max_hashes=all", route="/prefixes")[0] == 422
+    assert call("GET", "/slots?model=gpt-4", route="/slots")[0] == 404
+    assert call("POST", "/lora-adapters", [{"id": 3, "scale": 1.0}])[0] == 400
+    assert call("POST", "/lora-adapters", [{"id": -1, "scale": 1.0}])[0] == 422
+    assert call("POST", "/models/load", {"model": "tiny"})[0] == 400  # loaded already
+    assert call("POST", "/models/unload", {"model": "gpt-4"})[0] == 404
+    assert call("GET", "/models/sse", headers={})[0] == 401
     status, refused = call("POST", messages, {"model": "tiny", "messages": MESSAGES})  # no max_tokens
     assert status == 400 and refused["error"]["type"] == "invalid_request_error", refused
     assert call("POST", messages, {"model": "tiny", "max_tokens": 2, "messages": MESSAGES}, headers={})[0] == 401
