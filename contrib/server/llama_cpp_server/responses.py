@@ -9,7 +9,9 @@ stream fails after it started, and ``data: [DONE]`` last; :func:`sse_content` de
 FastAPI does for its own SSE routes (``itemSchema``).
 
 :func:`install` gives the app an ``openapi()`` that adds the stream chunks' models (referenced from those
-event schemas only) to the components.
+event schemas only) to the components.  The routes that speak another API document their answers in modules
+of their own, on this one's helpers: :mod:`.anthropic_schema`, :mod:`.openai_responses_schema` and
+:mod:`.llama_server_schema`.
 """
 
 from __future__ import annotations
