@@ -45,7 +45,7 @@ from llama_cpp.engine.normalize import text_prompt_tokens
 from llama_cpp.engine.origin import model_fingerprint
 from llama_cpp.engine.prefix_summary import prompt_hashes
 
-from . import anthropic_messages, openai_responses
+from . import anthropic_messages, openai_responses, response_store
 from .app import error_shapes
 from .errors import APIError
 from .guards import body_too_large
@@ -63,7 +63,7 @@ MESSAGES_PATH = "/v1/messages"
 RESPONSES_PATH = "/v1/responses"
 INPUT_TOKENS_PATH = "/v1/responses/input_tokens"
 #: ``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
-STORED_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[0-9a-f]{32})(?:/input_items)?")
+STORED_RESPONSE_PATH = re.compile(rf"/v1/responses/({response_store.ID.pattern})(?:/input_items)?")
 
 
 @attrs.frozen
