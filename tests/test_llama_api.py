@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -123,6 +125,27 @@ def test_logging_levels_aliases_and_filters(tiny_model_path: Path, capfd: pytest
         llm.close()
     finally:
         _logger.reset_logging()
+
+
+# A Llama held by another module's global is freed in the interpreter's teardown, after the logging module's
+# callback: its context logs while it is freed.
+HELD_TILL_EXIT = """
+import json, sys
+from llama_cpp import Llama
+llm = Llama(sys.argv[1], n_ctx=256, verbose=sys.argv[2] == "verbose")
+llm("Once upon a time", max_tokens=4)
+json.held = llm
+print("generated")
+"""
+
+
+@pytest.mark.parametrize("verbosity", ["quiet", "verbose"])
+def test_a_llama_freed_in_the_interpreters_teardown_exits_cleanly(tiny_model_path: Path, verbosity: str) -> None:
+    for _ in range(2):  # the crash was the teardown's order, the same each run
+        proc = subprocess.run([sys.executable, "-c", HELD_TILL_EXIT, str(tiny_model_path), verbosity],
+                              capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, proc.stdout) == (0, "generated\n"), proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
 
 
 def test_top_level_names_of_the_seed() -> None:

@@ -11,6 +11,7 @@ Levels: 0 output, 1 error, 2 warn, 3 info (the default), 4 trace, 5 debug.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import sys
@@ -147,10 +148,21 @@ def _on_log(level: int, text: object, user_data: object) -> None:
         sys.stderr.write(message)
 
 
-def _install() -> None:
-    lib.llama_log_set(_on_log, ffi.NULL)
+def _route(callback: object) -> None:
+    """Send llama.cpp's, ggml's and mtmd's messages to ``callback`` (a ``ggml_log_callback``)."""
+    lib.llama_log_set(callback, ffi.NULL)
     if hasattr(lib, "mtmd_helper_log_set"):
-        lib.mtmd_helper_log_set(_on_log, ffi.NULL)
+        lib.mtmd_helper_log_set(callback, ffi.NULL)
+
+
+def _discard_at_exit() -> None:
+    """Drop llama.cpp's messages from here on (an ``atexit`` hook).
+
+    The interpreter's teardown frees ``_on_log`` with this module, and models and contexts that are only
+    freed then (a ``Llama`` held by another module's global, or by a reference cycle) still log while they
+    are freed: through a freed callback, that is a segmentation fault at exit.  atexit hooks run before the
+    teardown, and the discarding callback is C, which nothing frees."""
+    _route(lib.llama_cpp_native_log_discard)
 
 
 def set_verbosity(value: object) -> int:
@@ -231,4 +243,5 @@ def configure_logging(*, verbosity: object = None, verbose: bool | None = None, 
     return level
 
 
-_install()
+_route(_on_log)
+atexit.register(_discard_at_exit)

@@ -46,6 +46,8 @@ extern "C" void llama_cpp_native_common_log_verbosity(int32_t level) {
     common_log_set_verbosity_thold(level);
 }
 
+extern "C" void llama_cpp_native_log_discard(enum ggml_log_level, const char *, void *) {}
+
 static void set_error(char ** error, const char * what) {
     if (error != nullptr) {
         *error = copy_string(what);

@@ -29,6 +29,11 @@ LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_free(char * text);
  * 1 errors, 2 warnings, 3 information, 4 tracing, 5 debugging. */
 LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_common_log_verbosity(int32_t level);
 
+/* A log callback (ggml_log_callback) that drops every message.  The Python package installs it for llama.cpp,
+ * ggml and mtmd when the interpreter exits: its own callback is freed while the interpreter tears its modules
+ * down, and models and contexts freed after that still log. */
+LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_log_discard(enum ggml_log_level level, const char * text, void * user_data);
+
 /* Speculative decoding by llama.cpp's common_speculative (common/speculative.h).
  *
  * The caller owns the loop and both contexts: it decodes the target, hands
