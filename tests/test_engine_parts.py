@@ -46,6 +46,7 @@ class FakeContext:
         self.memory: dict[int, list[int]] = {seq: [] for seq in range(n_seq_max)}
         self.row_tokens: dict[int, int] = {}  # batch row: the token decoded there (the last decode)
         self.n_state_reads = 0
+        self.n_aborts = 0  # request_abort() calls
 
     def written_outside(self) -> bool:
         return False
@@ -57,7 +58,7 @@ class FakeContext:
         pass
 
     def request_abort(self) -> None:
-        pass
+        self.n_aborts += 1
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
         held = self.memory[seq_id]
@@ -571,7 +572,7 @@ def test_a_reader_waiting_while_another_drives_tells_the_runner() -> None:
     driving = threading.Thread(target=run, args=(scheduler, mine))
     driving.start()
     deadline = time.monotonic() + 10
-    while not scheduler._driving and time.monotonic() < deadline:  # the driver is inside its first decode
+    while scheduler._driver is None and time.monotonic() < deadline:  # the driver is inside its first decode
         time.sleep(0.001)
     waiter = threading.Thread(target=run, args=(scheduler, theirs))
     waiter.start()
@@ -608,7 +609,7 @@ def test_a_reader_that_starts_waiting_wakes_nobody() -> None:
     threads = [threading.Thread(target=read, args=(r,)) for r in (mine, first, second)]
     threads[0].start()
     deadline = time.monotonic() + 10
-    while not scheduler._driving and time.monotonic() < deadline:  # the driver is inside its first decode
+    while scheduler._driver is None and time.monotonic() < deadline:  # the driver is inside its first decode
         time.sleep(0.001)
     for thread in threads[1:]:
         thread.start()
@@ -621,3 +622,56 @@ def test_a_reader_that_starts_waiting_wakes_nobody() -> None:
         thread.join(10)
     for r in (mine, first, second):
         assert outputs[id(r)] == solo(r.prompt, 3)
+
+
+def test_close_waits_for_the_tick_in_flight_and_ends_every_request() -> None:
+    """``close()`` from another thread while a decode runs: it aborts the decode and waits for the tick, then
+    ends the running and the waiting request with an error their readers raise; nothing runs after it."""
+    scheduler, ctx, runner = engine(n_seq_max=1)
+    running, waiting = request([1, 2], max_tokens=30), request([5, 6], max_tokens=3)
+    samplers = [running.sampler, waiting.sampler]
+    scheduler.submit(running)
+    scheduler.submit(waiting)
+    assert scheduler.next_event(running) is not None
+    raised: dict[str, BaseException] = {}
+
+    def read(name: str, req: Request) -> None:
+        try:
+            run(scheduler, req)
+        except RuntimeError as exc:
+            raised[name] = exc
+
+    decode_ends = runner.hold = threading.Event()
+    readers = [threading.Thread(target=read, args=("running", running)),
+               threading.Thread(target=read, args=("waiting", waiting))]
+    readers[0].start()
+    deadline = time.monotonic() + 10
+    while scheduler._driver is None and time.monotonic() < deadline:  # the driver is inside its decode
+        time.sleep(0.001)
+    readers[1].start()
+    closing = threading.Thread(target=scheduler.close)
+    closing.start()
+    while not ctx.n_aborts and time.monotonic() < deadline:
+        time.sleep(0.001)
+    closing.join(0.1)
+    assert closing.is_alive()  # it waits for the decode in flight
+    decode_ends.set()
+    for thread in [closing, *readers]:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert set(raised) == {"running", "waiting"}
+    assert all("close() was called while this request was running or waiting" in str(e) for e in raised.values())
+    assert running.finish_reason == waiting.finish_reason == "error"
+    assert all(slot.request is None for slot in scheduler.slots) and not scheduler.waiting
+    assert all(sampler is not None and sampler.closed for sampler in samplers)
+    assert_mirrors(scheduler, ctx)
+    n_plans = len(runner.plans)
+    late = request([7, 8])
+    scheduler.submit(late)
+    with pytest.raises(RuntimeError, match="this Llama instance is closed"):
+        scheduler.next_event(late)
+    with pytest.raises(RuntimeError, match="this Llama instance is closed"):
+        with scheduler.exclusive():
+            pass
+    assert len(runner.plans) == n_plans  # no tick ran after close()
+    scheduler.close()  # idempotent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_cpp import Llama
+from llama_cpp import Llama, StoppingCriteriaList
 
 
 def test_missing_model_path_names_it(tmp_path: Path) -> None:
@@ -105,6 +105,58 @@ def test_calls_after_close_raise(tiny_model_path: Path) -> None:
         model.create_completion("hi")
     with pytest.raises(RuntimeError, match="closed"):
         model.tokenize(b"hi")
+
+
+def test_close_while_other_threads_generate_ends_their_requests(tiny_model_path: Path) -> None:
+    # close() used to free the context under a decode running on another thread: a segmentation fault
+    model = Llama(str(tiny_model_path), n_ctx=4096, n_seq_max=1, verbose=False)
+    started = threading.Event()
+    outcomes: dict[str, BaseException | None] = {}
+
+    def stream() -> None:
+        try:
+            for i, _ in enumerate(model.create_completion("Once upon a time", max_tokens=4000, stream=True,
+                                                          ignore_eos=True)):
+                if i == 5:
+                    started.set()
+            outcomes["stream"] = None
+        except BaseException as exc:  # noqa: BLE001 - what the reader raises is the result
+            outcomes["stream"] = exc
+
+    def waiting() -> None:  # the only sequence is the stream's: this request waits in the queue
+        try:
+            model.create_completion("Another prompt", max_tokens=4)
+            outcomes["waiting"] = None
+        except BaseException as exc:  # noqa: BLE001
+            outcomes["waiting"] = exc
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=waiting)]
+    threads[0].start()
+    assert started.wait(60)
+    threads[1].start()
+    threads[1].join(timeout=0.2)
+    model.close()
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    for name in ("stream", "waiting"):
+        assert isinstance(outcomes[name], RuntimeError), outcomes
+        assert "closed" in str(outcomes[name])
+    with pytest.raises(RuntimeError, match="closed"):
+        model.create_completion("hi", max_tokens=2)
+    model.close()  # still idempotent
+
+
+def test_close_from_inside_a_generation_is_refused(tiny_model_path: Path) -> None:
+    with Llama(str(tiny_model_path), verbose=False) as model:
+        def close_now(_ids: object, _logits: object) -> bool:
+            model.close()
+            return False
+
+        with pytest.raises(RuntimeError, match="inside a generation"):
+            model.create_completion("Once upon a time", max_tokens=4, stopping_criteria=StoppingCriteriaList([close_now]))
+        text = model.create_completion("Once upon a time", max_tokens=4, temperature=0.0)["choices"][0]["text"]
+        assert text  # the instance was left as it was
 
 
 def test_token_ids_are_checked(llm: Llama) -> None:

@@ -32,6 +32,7 @@ from .engine.model import learned_positions
 from .engine.origin import state_origin
 from .engine.policy import Policy
 from .engine.prefix_summary import BLOCK_TOKENS, MAX_HASHES, PrefixSummary
+from .engine.scheduler import CLOSED
 from .engine.sampler import chain_context
 from .engine.slot import SequenceInfo, Slot
 from .engine.speculative import SpeculativeStep, empty_stats
@@ -463,7 +464,11 @@ class LlamaBase(Closing):
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:
         """Free the context, the adapters and the model (idempotent); a multimodal handler made by
-        ``mmproj_path`` is closed, one passed in only lets go of what it made for this model."""
+        ``mmproj_path`` is closed, one passed in only lets go of what it made for this model.  A generation
+        running or waiting on another thread ends first (its decode aborted and waited for): its reader
+        raises a RuntimeError.  Called from a hook inside a generation, it raises instead."""
+        if self._scheduler is not None:  # a generation on another thread ends first (its reader raises)
+            self._scheduler.close()
         if not self._closed:
             handler = self.chat_handler
             if handler is not None and handler is self._owned_handler:
@@ -506,7 +511,7 @@ class LlamaBase(Closing):
 
     def _live_scheduler(self) -> Scheduler:
         if self._closed:
-            raise RuntimeError("this Llama instance is closed")
+            raise RuntimeError(CLOSED)
         if self._scheduler is None:
             raise RuntimeError("this Llama instance was loaded with vocab_only=True: it tokenizes and reads the "
                                "model's metadata, but has no context to evaluate, generate or embed with")
@@ -514,7 +519,7 @@ class LlamaBase(Closing):
 
     def _live_model(self) -> Any:
         if self._closed:
-            raise RuntimeError("this Llama instance is closed")
+            raise RuntimeError(CLOSED)
         return self._loaded_model.ptr
 
     @property
@@ -1077,7 +1082,7 @@ class LlamaBase(Closing):
         """Validate a request's adapters now (not when a lazy generator first runs)."""
         adapters = self._adapters
         if adapters is None or self._closed:
-            raise RuntimeError("this Llama instance is closed")
+            raise RuntimeError(CLOSED)
         return adapters.select(active_loras), adapters.control_vector(control_vector)
 
     def sample(

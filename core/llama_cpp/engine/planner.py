@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from .._adapters import NO_ADAPTERS
 from .checkpoints import HybridCheckpointCache, reachable
@@ -105,6 +105,20 @@ class Planner:
             if request is not None and request.cancelled:
                 request.finish("abort")
                 self.release(slot)
+
+    def end_all(self, error: Callable[[], BaseException]) -> None:
+        """End every request, running or waiting, each with an ``error()`` of its own, which its reader
+        raises (the engine is closing: nothing will run them)."""
+        running = [slot.request for slot in self.slots if slot.request is not None]
+        for request in [*running, *self.waiting]:
+            request.finish("error", error())
+        for slot in self.slots:
+            if slot.request is not None:  # (a fork's slot may have gone with its leader's)
+                self.release(slot)
+        for request in self.waiting:
+            request.close_sampler()
+            self._policy_finished(request)
+        self.waiting.clear()
 
     def forget_idle_memory(self) -> None:
         """Someone decoded on the context or edited its memory through the low-level API (guidance does,

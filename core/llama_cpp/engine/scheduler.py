@@ -45,6 +45,14 @@ from .step import PlainStep, Step
 from .update import Outcome, Update
 
 
+# what a call on a closed engine raises (the facade says the same of itself)
+CLOSED = "this Llama instance is closed"
+
+
+def _cut_short() -> RuntimeError:
+    return RuntimeError(f"{CLOSED}: close() was called while this request was running or waiting")
+
+
 class Scheduler:
     """Serves requests from any number of threads in one context (see the module's docstring).
 
@@ -84,7 +92,8 @@ class Scheduler:
         # cancels itself through this lock
         self._mutex = threading.RLock()
         self._changed = threading.Condition(self._mutex)
-        self._driving = False
+        self._driver: int | None = None  # the thread running ticks, or owning the context (exclusive)
+        self._closed = False
         self._epoch = 0  # bumped whenever something a stalled driver may be waiting for happens
         self._waiters = 0
         self._abort_pending = False
@@ -240,17 +249,19 @@ class Scheduler:
                         changed = changed or not request.read_ahead
                 if changed and self._waiters:
                     self._bump()
-                if self._driving:  # another thread runs the ticks; it wakes us after each
+                if self._closed:  # close() cut the request short, or it came as the engine closed
+                    raise _cut_short()
+                if self._driver is not None:  # another thread runs the ticks; it wakes us after each
                     self.runner.caller_waits()
                     self._wait()
                     continue
-                self._driving = True
+                self._driver = me
                 epoch = self._epoch
                 progressed = False
                 try:
                     progressed = self._tick()
                 finally:
-                    self._driving = False
+                    self._driver = None
                     if self._waiters:
                         self._changed.notify_all()
                 if not progressed and epoch == self._epoch and not any(
@@ -297,7 +308,7 @@ class Scheduler:
     def abort(self) -> None:
         """Abort every request admitted or waiting now (finish "abort"); later requests run normally."""
         with self._mutex:
-            for request in [*self.waiting, *(s.request for s in self.slots if s.request is not None)]:
+            for request in self._live_requests():
                 request.cancelled = True
                 if request.state == RequestState.WAITING:
                     request.finish("abort")
@@ -305,14 +316,42 @@ class Scheduler:
             self.ctx.request_abort()
             self._bump()
 
+    def _live_requests(self) -> list[Request]:
+        """The requests waiting or holding a sequence (mutex held)."""
+        return [*self.waiting, *(s.request for s in self.slots if s.request is not None)]
+
+    def close(self) -> None:
+        """Stop serving, before the context is freed (idempotent): a tick running on another thread is
+        aborted and waited for, and every request, running or waiting, ends with a RuntimeError that its
+        reader raises.  Nothing runs on the context after this returns; calls that would raise."""
+        with self._mutex:
+            if self._closed:
+                return
+            me = threading.get_ident()
+            if self._driver == me:
+                raise RuntimeError("close() was called from inside a generation (a hook such as a logits "
+                                   "processor or a stopping criterion): the generation is still using the context")
+            self._closed = True  # no tick starts from now on
+            for request in self._live_requests():
+                request.cancelled = True  # the tick in flight delivers them nothing more
+            if self._driver is not None:
+                self.ctx.request_abort()  # a long prompt's decode returns early
+                while self._driver is not None:
+                    self._wait()
+            self._driver = me  # for good
+            self.planner.end_all(_cut_short)
+            self._bump()
+
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile, and a decode
         started ahead has been applied (what memory holds is what the ledgers say)."""
         with self._mutex:
-            while self._driving:
+            while self._driver is not None or self._closed:
+                if self._closed:
+                    raise RuntimeError(CLOSED)
                 self._wait()
-            self._driving = True
+            self._driver = threading.get_ident()
         try:
             with self._mutex:
                 if self._in_flight is not None:
@@ -320,7 +359,7 @@ class Scheduler:
             yield
         finally:
             with self._mutex:
-                self._driving = False
+                self._driver = None
                 self._bump()
 
     def settle(self) -> None:
@@ -328,13 +367,13 @@ class Scheduler:
         low-level accessors (``Llama.ctx``, the last logits), which must see the memory the ledgers
         describe.  It does not wait, so a user hook running inside a tick may call it."""
         with self._mutex:
-            if self._in_flight is None or self._driving:
+            if self._in_flight is None or self._driver is not None:
                 return
-            self._driving = True
+            self._driver = threading.get_ident()
             try:
                 self.update.deliver(self._settle())
             finally:
-                self._driving = False
+                self._driver = None
                 self._bump()
 
     def busy(self, slot: Slot) -> bool:
