@@ -144,6 +144,26 @@ def test_stopping_criteria_sees_the_token_just_sampled(smol: Llama) -> None:
     assert out["choices"][0]["text"] == "" and out["choices"][0]["finish_reason"] == "stop"
 
 
+def test_hooks_may_be_plain_lists_and_anything_else_is_named(tiny: Llama) -> None:
+    # [fn] where the seed's type is StoppingCriteriaList([fn]) used to fail inside the tick ("'list' object is
+    # not callable"); a plain list or tuple of callables is that list now
+    stop_at_once = [lambda ids, logits: True]
+    out = tiny.create_completion("Once", max_tokens=8, stopping_criteria=stop_at_once)
+    assert out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] == 0
+    seen: list[int] = []
+
+    def count(ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        seen.append(len(ids))
+        return scores
+
+    tiny.create_completion("Once", max_tokens=3, temperature=0.0, ignore_eos=True, logits_processor=(count,))
+    assert len(seen) == 3
+    for bad in ("stop", [count, 3]):
+        with pytest.raises(TypeError, match="stopping_criteria must be a callable or a list of callables"):
+            tiny.create_completion("Once", max_tokens=2, stopping_criteria=bad)
+    assert tiny.create_completion("Once", max_tokens=2)["choices"][0]["finish_reason"]  # nothing left behind
+
+
 def test_abort_from_another_thread(tiny: Llama) -> None:
     stream = tiny.create_completion("Once", max_tokens=200, temperature=0.0, ignore_eos=True, stream=True)
     seen = []

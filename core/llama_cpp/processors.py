@@ -13,7 +13,7 @@ A stopping criterion gets the same arguments after a token was sampled, with
 from __future__ import annotations
 
 import threading
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,18 @@ class StoppingCriteriaList(List[StoppingCriteria]):
 
     def __call__(self, input_ids: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
         return any(criterion(input_ids, logits) for criterion in self)
+
+
+def as_hook(hook: object, kind: type[list[Any]], name: str) -> Any:
+    """``hook`` as one callable: a plain list or tuple of callables becomes a ``kind`` (which calls each in
+    turn), since passing ``[fn]`` where a ``StoppingCriteriaList([fn])`` is expected is the usual slip; None
+    stays None, and anything else that is not callable is a TypeError naming the parameter."""
+    if hook is None or callable(hook):
+        return hook
+    if isinstance(hook, (list, tuple)) and all(callable(h) for h in hook):
+        return kind(hook)
+    raise TypeError(f"{name} must be a callable or a list of callables (a {kind.__name__}), "
+                    f"got {type(hook).__name__}: {hook!r:.80}")
 
 
 class MinTokensLogitsProcessor:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from llama_cpp_native import ffi, lib
 
+from ..processors import LogitsProcessorList, StoppingCriteriaList, as_hook
 from ..sampling import ChainContext, SamplerChain, SamplingParams, effective_logit_bias
 from .context import Context
 from .model import Model
@@ -89,6 +90,8 @@ class SequenceSampler:
         """``kept``: report, for every token sampled, what the chain left (:attr:`kept`, by batch row): the
         token's log-probability after the chain and the ``kept`` most probable candidates with theirs
         (llama-server's ``post_sampling_probs``)."""
+        logits_processor = as_hook(logits_processor, LogitsProcessorList, "logits_processor")
+        stopping_criteria = as_hook(stopping_criteria, StoppingCriteriaList, "stopping_criteria")
         self.params = params
         self._kept_n = kept
         self.kept: dict[int, tuple[float, tuple[tuple[int, float], ...]]] = {}
