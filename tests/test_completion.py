@@ -177,6 +177,22 @@ def test_abort_from_another_thread(tiny: Llama) -> None:
     assert again["choices"][0]["finish_reason"] in {"length", "stop"}  # usable afterwards
 
 
+def test_a_decode_aborted_on_purpose_prints_nothing(tiny_model_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # llama.cpp logs three error lines for a compute stopped by the abort callback ("failed to compute graph",
+    # ...); verbose=False prints errors, and these alarmed whoever aborted (a server drops every request whose
+    # client left this way)
+    with Llama(str(tiny_model_path), n_ctx=512, verbose=False) as llm:
+        ctx = llm._scheduler.ctx
+        ctx.request_abort()  # the next decode of more than 32 tokens stops at once, as an abort mid-way does
+        try:
+            out = llm.create_completion("Once upon a time " * 20, max_tokens=4)
+        finally:
+            ctx.clear_abort()
+        assert out["choices"][0]["finish_reason"] == "abort"
+        assert capfd.readouterr().err == ""
+        assert llm.create_completion("Once upon a time " * 20, max_tokens=2)["choices"][0]["finish_reason"] == "length"
+
+
 def test_context_shifts_when_full(tiny: Llama) -> None:
     n_ctx = tiny.n_ctx()
     gen = tiny.generate(tiny.tokenize(b"Once upon a time"), temperature=0.0, ignore_eos=True)

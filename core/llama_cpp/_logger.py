@@ -16,7 +16,7 @@ import contextlib
 import logging
 import sys
 import threading
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from llama_cpp_native import ffi, lib
 
@@ -125,6 +125,24 @@ def capture_messages(*, quiet: bool = False) -> Iterator[CapturedLog]:
             lib.llama_log_set(installed[0], user_data[0])
 
 
+_hushed = threading.local()
+
+
+@contextlib.contextmanager
+def hush_when_aborted(aborted: Callable[[], bool]) -> Iterator[None]:
+    """Inside the block, on this thread, llama.cpp's error lines are dropped once ``aborted()`` is true.
+
+    A compute stopped on purpose by the abort callback (``Llama.abort()``, a server dropping a request
+    whose client left, ``close()``) logs three error lines ("failed to compute graph", ...), which only
+    alarm whoever asked for the abort; the aborted request ends with its own finish reason."""
+    previous = getattr(_hushed, "aborted", None)
+    _hushed.aborted = aborted
+    try:
+        yield
+    finally:
+        _hushed.aborted = previous
+
+
 @ffi.callback("ggml_log_callback")
 def _on_log(level: int, text: object, user_data: object) -> None:
     message = ffi.string(text).decode("utf-8", "replace")
@@ -133,6 +151,9 @@ def _on_log(level: int, text: object, user_data: object) -> None:
         captured.add(level, message)
         if captured.quiet:
             return
+    aborted = getattr(_hushed, "aborted", None)
+    if aborted is not None and level in (lib.GGML_LOG_LEVEL_ERROR, lib.GGML_LOG_LEVEL_CONT) and aborted():
+        return
     needed = _state["last"] if level == lib.GGML_LOG_LEVEL_CONT else _GGML_LEVELS.get(level, 3)
     _state["last"] = needed
     if needed > _state["verbosity"]:

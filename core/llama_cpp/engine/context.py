@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import enum
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from llama_cpp_native import ffi, lib
 
 from .. import _foreign_writes
 from .._handles import Batch, NativeHandle
+from .._logger import hush_when_aborted
 from .compute_thread import ComputeThread
 from .origin import StateOrigin
 
@@ -132,7 +133,7 @@ class Context:
         self.batch = BatchBuilder(self.n_batch, self.n_seq_max)
         self.compute = ComputeThread()  # media chunks evaluated into this context go through it too
         ptr, batch = self.ptr, self.batch
-        self._decode_batch = lambda: lib.llama_decode(ptr, batch.native())
+        self._decode_batch: Callable[[], int] = lambda: lib.llama_decode(ptr, batch.native())
         # which model and context parameters this context's sequence states belong to (set by whoever made
         # the context: it knows the model file); None: unknown, no state is refused for its origin
         self.origin: StateOrigin | None = None
@@ -162,7 +163,11 @@ class Context:
             else:
                 lib.llama_set_abort_callback(self.ptr, ffi.NULL, ffi.NULL)
             self._interruptible = interruptible
-        return self.compute.run(self._decode_batch)
+        return self.compute.run(self._decode_interruptible if interruptible else self._decode_batch)
+
+    def _decode_interruptible(self) -> int:
+        with hush_when_aborted(self._abort.is_set):
+            return self._decode_batch()
 
     def written_outside(self) -> bool:
         """Whether the low-level API decoded on this context or changed its memory since the last call
