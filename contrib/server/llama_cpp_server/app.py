@@ -105,6 +105,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     responses.install(app, (*anthropic_schema.REFERENCED, *openai_responses_schema.REFERENCED,
                            *llama_server_schema.REFERENCED))
     app.state.pool = pool
+    app.state.workers = workers  # (the command ends their requests as soon as a shutdown signal comes)
     app.state.settings = server
     app.state.responses = stored  # (a Serve replica gives it its home: ray_serve.LlamaServer)
     which_key = key_index(server.api_keys)

@@ -52,14 +52,19 @@ class Workers:
             with self._lock:
                 self._running.remove(scope)
 
-    async def stop(self, timeout: float) -> bool:
-        """Cancel every active scope, refuse new ones, and wait for their threads; False if some are still
-        running after ``timeout`` seconds."""
+    def cancel_all(self) -> None:
+        """Cancel every active scope and refuse new ones (any thread; idempotent): their requests end at the
+        engine's next tick, and their streams with them."""
         with self._lock:
             self._stopped = True
             running = list(self._running)
         for scope in running:
             scope.cancel()
+
+    async def stop(self, timeout: float) -> bool:
+        """Cancel every active scope, refuse new ones, and wait for their threads; False if some are still
+        running after ``timeout`` seconds."""
+        self.cancel_all()
         deadline = time.monotonic() + timeout
         while self._running and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import llama_cpp_native
@@ -88,8 +88,17 @@ def local_ray_serve() -> Iterator[str]:
 @contextlib.contextmanager
 def serving_process(command: list[str], port: int, what: str) -> Iterator[str]:
     """``command`` (a server listening on 127.0.0.1:``port``) running until the block ends; yields its base
-    URL once ``/health`` answers 200.  Its output goes to a file (a pipe nobody reads would fill up and stop
-    it), shown if it exits before it is ready."""
+    URL once ``/health`` answers 200 (:func:`server_process`)."""
+    with server_process(command, port, what) as (base, _, _):
+        yield base
+
+
+@contextlib.contextmanager
+def server_process(command: list[str], port: int,
+                   what: str) -> Iterator[tuple[str, subprocess.Popen[bytes], IO[bytes]]]:
+    """``command`` (a server listening on 127.0.0.1:``port``) running until the block ends (terminated if it
+    still runs); yields its base URL, the process and its output, once ``/health`` answers 200.  Its output
+    goes to a file (a pipe nobody reads would fill up and stop it), shown if it exits before it is ready."""
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -107,7 +116,7 @@ def serving_process(command: list[str], port: int, what: str) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{what} did not become ready")
                 time.sleep(0.05)
-            yield base
+            yield base, proc, log
         finally:
             proc.terminate()
             try:

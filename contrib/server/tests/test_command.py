@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from serving import free_port, serving_process
+from serving import free_port, server_process, serving_process
 from llama_cpp_server import load_settings
 
 
@@ -21,6 +22,26 @@ def test_the_command_serves_a_model(chat_model_path: Path) -> None:
                           "--model_alias", "tiny", "--n_ctx", "512", "--port", str(port)], port, "the server") as base:
         reply = httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 3})
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] <= 3
+
+
+def test_a_shutdown_signal_ends_the_open_streams_at_once(chat_model_path: Path) -> None:
+    # uvicorn waits for open connections before the app's shutdown: a stream went on for its graceful
+    # timeout (5 s), then its task was cancelled with a traceback in the log and the client cut off
+    port = free_port()
+    with server_process([sys.executable, "-m", "llama_cpp.server", "--model", str(chat_model_path),
+                         "--n_ctx", "4096", "--port", str(port)], port, "the server") as (base, proc, log):
+        body = {"prompt": "Hi", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=30) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))  # the stream is running
+            proc.send_signal(signal.SIGINT)
+            rest = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "[DONE]"
+        assert json.loads(rest[-2])["choices"][0]["finish_reason"] == "abort"
+        assert proc.wait(30) == 0
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+        assert "graceful shutdown exceeded" not in output and "Traceback" not in output, output[-3000:]
 
 
 def test_without_the_server_package_the_command_says_what_to_install() -> None:
