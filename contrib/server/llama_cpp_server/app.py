@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
                 sleeper.cancel()
             if await workers.stop(timeout=10.0):
                 pool.close()
-            else:  # freeing a model under a decoding thread would crash the process: the exit frees it
+            else:  # a thread may still be in a model call outside the engine (tokenizing): the exit frees it
                 errors.log.warning("requests still running at shutdown: the models are left loaded")
 
     app = FastAPI(title="llama_cpp server", version=llama_cpp.__version__, lifespan=lifespan,
