@@ -323,7 +323,7 @@ class Scheduler:
     def close(self) -> None:
         """Stop serving, before the context is freed (idempotent): a tick running on another thread is
         aborted and waited for, and every request, running or waiting, ends with a RuntimeError that its
-        reader raises.  Nothing runs on the context after this returns; calls that would raise."""
+        reader raises.  Nothing runs on the context after this returns: a call that would run something raises."""
         with self._mutex:
             if self._closed:
                 return
