@@ -675,3 +675,34 @@ def test_close_waits_for_the_tick_in_flight_and_ends_every_request() -> None:
             pass
     assert len(runner.plans) == n_plans  # no tick ran after close()
     scheduler.close()  # idempotent
+
+
+def test_a_tick_that_raises_after_its_decode_leaves_every_sequence_consistent() -> None:
+    """A KeyboardInterrupt that lands on the driver's thread right after ``llama_decode`` returned (Ctrl-C in a
+    notebook) left memory holding a decode no ledger had taken in, and the next prompt on that sequence failed
+    to decode.  Now the reader gets the interrupt, every running request ends (another thread's with an error
+    naming it, instead of waiting forever for a token lost with the tick), and every sequence starts empty."""
+    scheduler, ctx, runner = engine(n_seq_max=2)
+    mine, theirs = request([1, 2], max_tokens=10), request([5, 6], max_tokens=10)
+    scheduler.submit(mine)
+    scheduler.submit(theirs)
+    assert scheduler.next_event(mine) is not None
+    run_plan = runner.run
+
+    def interrupted_after_decoding(plan: TickPlan) -> Decoded:
+        run_plan(plan)  # memory now holds the plan's rows
+        raise KeyboardInterrupt
+
+    runner.run = interrupted_after_decoding  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        while scheduler.next_event(mine) is not None:
+            pass
+    runner.run = run_plan  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="the engine's tick failed on another thread: KeyboardInterrupt"):
+        run(scheduler, theirs)
+    assert all(slot.request is None and not slot.ledger.tokens for slot in scheduler.slots)
+    assert_mirrors(scheduler, ctx)
+    again = request([1, 2], max_tokens=4)
+    scheduler.submit(again)
+    assert run(scheduler, again) == solo([1, 2], 4)
+    assert_mirrors(scheduler, ctx)

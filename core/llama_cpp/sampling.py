@@ -356,7 +356,7 @@ class SamplerChain:
         return lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
 
     def close(self) -> None:
-        ptr, self.ptr = self.ptr, None
+        ptr, self.ptr = getattr(self, "ptr", None), None  # (none yet when __init__ was interrupted before it)
         if ptr is not None:
             lib.llama_sampler_free(ptr)
 

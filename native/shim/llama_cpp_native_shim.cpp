@@ -48,6 +48,11 @@ extern "C" void llama_cpp_native_common_log_verbosity(int32_t level) {
 
 extern "C" void llama_cpp_native_log_discard(enum ggml_log_level, const char *, void *) {}
 
+extern "C" bool llama_cpp_native_abort_gate_check(void * gate) {
+    const auto * g = static_cast<const struct llama_cpp_native_abort_gate *>(gate);
+    return g->enabled != 0 && g->callback(g->callback_data);
+}
+
 static void set_error(char ** error, const char * what) {
     if (error != nullptr) {
         *error = copy_string(what);

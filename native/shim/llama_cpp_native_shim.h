@@ -29,6 +29,17 @@ LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_free(char * text);
  * 1 errors, 2 warnings, 3 information, 4 tracing, 5 debugging. */
 LLAMA_CPP_NATIVE_SHIM_API void llama_cpp_native_common_log_verbosity(int32_t level);
 
+/* An abort callback (ggml_abort_callback, user data: the gate) that asks `callback` only while `enabled` is
+ * set.  Installed once per context: a Python callback per graph node costs more than a one-token decode, so
+ * it is only enabled for big batches, and switching llama_set_abort_callback itself logs a line each time. */
+struct llama_cpp_native_abort_gate {
+    int32_t enabled;
+    ggml_abort_callback callback;
+    void * callback_data;
+};
+
+LLAMA_CPP_NATIVE_SHIM_API bool llama_cpp_native_abort_gate_check(void * gate);
+
 /* A log callback (ggml_log_callback) that drops every message.  The Python package installs it for llama.cpp,
  * ggml and mtmd when the interpreter exits: its own callback is freed while the interpreter tears its modules
  * down, and models and contexts freed after that still log. */

@@ -98,11 +98,45 @@ class BatchBuilder:
         self._batch.close()
 
 
+class AbortSwitch:
+    """What stops a running decode between two graph nodes: :meth:`set` from any thread, or a
+    KeyboardInterrupt on the decoding thread (Ctrl-C during a long prompt).  The interrupt lands in the
+    abort callback, the only Python code that runs during a compute; cffi would print it as ignored and go
+    on, so it aborts the compute instead and is raised again once ``llama_decode`` has returned."""
+
+    __slots__ = ("_event", "_interrupts", "callback")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._interrupts: list[BaseException] = []
+        flag, interrupts = self._event.is_set, self._interrupts
+
+        def interrupted(_type: object, exc: BaseException, _traceback: object) -> bool:
+            interrupts.append(exc)
+            return True  # abort the compute
+
+        self.callback = ffi.callback("ggml_abort_callback", lambda _data: flag(), onerror=interrupted)
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set() or bool(self._interrupts)
+
+    def raise_interrupt(self) -> None:
+        """Raise the interrupt that aborted the last decode, if one did."""
+        if self._interrupts:
+            raise self._interrupts.pop()
+
+
 class Context:
     """A ``llama_context`` with its memory, its batch and an abort switch."""
 
     __slots__ = ("handle", "ptr", "mem", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_seq_max", "batch",
-                 "recurrent", "window", "causal", "max_positions", "_abort", "_abort_cb", "_interruptible",
+                 "recurrent", "window", "causal", "max_positions", "_abort", "_abort_gate",
                  "_row_ptr", "_row_view", "origin", "addresses", "_foreign_seen", "_foreign_stamps", "compute",
                  "_decode_batch")
 
@@ -137,10 +171,11 @@ class Context:
         # which model and context parameters this context's sequence states belong to (set by whoever made
         # the context: it knows the model file); None: unknown, no state is refused for its origin
         self.origin: StateOrigin | None = None
-        self._abort = threading.Event()
-        flag = self._abort.is_set
-        self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: flag())
-        self._interruptible = False
+        self._abort = AbortSwitch()
+        # asks the switch between graph nodes while enabled (big batches only, see decode)
+        self._abort_gate = ffi.new("struct llama_cpp_native_abort_gate *")
+        self._abort_gate.callback = self._abort.callback
+        lib.llama_set_abort_callback(self.ptr, lib.llama_cpp_native_abort_gate_check, self._abort_gate)
         self._row_ptr: Any = None  # the last row handed out, and its view (one sequence reads the same row)
         self._row_view: np.ndarray | None = None
         # the context and memory as the low-level API's callers hold them (Llama.ctx is an int), and the
@@ -153,21 +188,18 @@ class Context:
     def decode(self) -> int:
         """Decode the batch; the status of ``llama_decode`` (``DECODE_ABORTED`` after ``abort``).
 
-        The abort callback runs once per graph node, which costs more than a
-        one-token decode is worth, so it is only installed for bigger batches.
+        The abort switch is asked once per graph node, a Python call that costs
+        more than a one-token decode is worth, so only bigger batches ask it.
         """
         interruptible = self.batch.n > 32
-        if interruptible != self._interruptible:
-            if interruptible:
-                lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
-            else:
-                lib.llama_set_abort_callback(self.ptr, ffi.NULL, ffi.NULL)
-            self._interruptible = interruptible
+        self._abort_gate.enabled = interruptible
         return self.compute.run(self._decode_interruptible if interruptible else self._decode_batch)
 
     def _decode_interruptible(self) -> int:
         with hush_when_aborted(self._abort.is_set):
-            return self._decode_batch()
+            status = self._decode_batch()
+        self._abort.raise_interrupt()
+        return status
 
     def written_outside(self) -> bool:
         """Whether the low-level API decoded on this context or changed its memory since the last call

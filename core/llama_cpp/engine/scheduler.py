@@ -409,12 +409,35 @@ class Scheduler:
         once the graph is queued, so the device computes while the readers take their tokens, and the next
         tick applies it (its logits are read then).  A sequence whose reader must see a token before the
         next one is decoded (``read_ahead=0``) is not started ahead (:meth:`.Planner.select`)."""
-        if self._in_flight is None and not self._launch(ahead=False):
-            return False
-        self.update.deliver(self._settle())
-        if self.overlap:
-            self._launch(ahead=True)
-        return True
+        try:
+            if self._in_flight is None and not self._launch(ahead=False):
+                return False
+            self.update.deliver(self._settle())
+            if self.overlap:
+                self._launch(ahead=True)
+            return True
+        except BaseException as exc:
+            self._abandon_running(exc)
+            raise
+
+    def _abandon_running(self, error: BaseException) -> None:
+        """A tick raised (a plugin's step, or a KeyboardInterrupt that landed on the driver's thread between
+        two native calls, as Ctrl-C in a notebook does) anywhere between admission and delivery: a decode may
+        be in memory that no ledger has taken in, a ledger edit may be half done, and a sequence's next token
+        may be lost with the tick.  So every running request ends, with an error naming ``error`` (the
+        driver's own reader gets ``error`` itself), and every sequence starts empty: what an idle one held
+        was only a prefix to reuse (the lock held)."""
+        self._in_flight = None
+        self.ctx.synchronize()
+        for slot in self.slots:
+            request = slot.request
+            if request is not None:
+                request.finish("error", RuntimeError(f"the engine's tick failed on another thread: {error!r}"))
+                self.planner.release(slot)
+        for slot in self.slots:
+            slot.ledger.clear(self.ctx)
+            self.memory_changed(slot)
+        self._bump()
 
     def _launch(self, ahead: bool) -> bool:
         """Plan a decode and start it (the lock held, and released while it is packed and run); False when
