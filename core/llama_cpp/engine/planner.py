@@ -106,16 +106,23 @@ class Planner:
                 request.finish("abort")
                 self.release(slot)
 
-    def end_all(self, error: Callable[[], BaseException]) -> None:
-        """End every request, running or waiting, each with an ``error()`` of its own, which its reader
-        raises (the engine is closing: nothing will run them)."""
-        running = [slot.request for slot in self.slots if slot.request is not None]
-        for request in [*running, *self.waiting]:
-            request.finish("error", error())
+    def end_running(self, error: Callable[[], BaseException]) -> None:
+        """End every request that holds a sequence, each with an ``error()`` of its own, which its reader
+        raises, and free the sequences.  All end before any is released: releasing a leader ends the forks
+        it still holds, which must end with their error too, not as aborted."""
+        for slot in self.slots:
+            if slot.request is not None:
+                slot.request.finish("error", error())
         for slot in self.slots:
             if slot.request is not None:  # (a fork's slot may have gone with its leader's)
                 self.release(slot)
+
+    def end_all(self, error: Callable[[], BaseException]) -> None:
+        """End every request, running or waiting, as :meth:`end_running` does (the engine is closing:
+        nothing will run them)."""
+        self.end_running(error)
         for request in self.waiting:
+            request.finish("error", error())
             request.close_sampler()
             self._policy_finished(request)
         self.waiting.clear()

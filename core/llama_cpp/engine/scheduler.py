@@ -429,11 +429,7 @@ class Scheduler:
         was only a prefix to reuse (the lock held)."""
         self._in_flight = None
         self.ctx.synchronize()
-        for slot in self.slots:
-            request = slot.request
-            if request is not None:
-                request.finish("error", RuntimeError(f"the engine's tick failed on another thread: {error!r}"))
-                self.planner.release(slot)
+        self.planner.end_running(lambda: RuntimeError(f"the engine's tick failed on another thread: {error!r}"))
         for slot in self.slots:
             slot.ledger.clear(self.ctx)
             self.memory_changed(slot)
