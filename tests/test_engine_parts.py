@@ -9,6 +9,8 @@ and the plan respects the batch's limits.
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import threading
 import time
@@ -156,6 +158,7 @@ class FakeSampler:
 
 class FakeModel:
     n_vocab = 100
+    calling = contextlib.nullcontext()
 
     @staticmethod
     def eog_tokens() -> list[int]:
@@ -667,9 +670,10 @@ def test_close_waits_for_the_tick_in_flight_and_ends_every_request() -> None:
     assert_mirrors(scheduler, ctx)
     n_plans = len(runner.plans)
     late = request([7, 8])
-    scheduler.submit(late)
-    with pytest.raises(RuntimeError, match="this Llama instance is closed"):
-        scheduler.next_event(late)
+    late_sampler = late.sampler
+    with pytest.raises(RuntimeError, match="this Llama instance is closed"):  # refused, its sampler freed
+        scheduler.submit(late)
+    assert late_sampler is not None and late_sampler.closed and late.sampler is None
     with pytest.raises(RuntimeError, match="this Llama instance is closed"):
         with scheduler.exclusive():
             pass

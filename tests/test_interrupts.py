@@ -35,7 +35,7 @@ def test_ctrl_c_during_a_long_prompt_stops_it_and_leaves_the_instance_as_it_was(
     for _ in range(3):
         started = threading.Event()
 
-        def interrupt_once_decoding() -> None:
+        def interrupt_once_decoding(started: threading.Event = started) -> None:
             started.wait(10)
             deadline = time.monotonic() + 10
             while llm._scheduler._driver is None and time.monotonic() < deadline:

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 from llama_cpp_native import ffi, lib
 
-from ._handles import NativeHandle
+from ._handles import NativeHandle, SharedHandle
 from ._logger import capture_messages
 
 
@@ -51,7 +51,7 @@ NO_ADAPTERS = AdapterKey()
 class Adapters:
     """The LoRA registry of one ``Llama`` and the adapters currently set on its context."""
 
-    def __init__(self, model: NativeHandle, n_embd: int, n_layer: int, quiet: bool = False) -> None:
+    def __init__(self, model: SharedHandle, n_embd: int, n_layer: int, quiet: bool = False) -> None:
         self._model = model
         self._quiet = quiet  # llama.cpp's reasons go into the exceptions; with quiet they are not printed too
         self._n_embd = n_embd
@@ -72,8 +72,8 @@ class Adapters:
                              f"unload_lora({name!r}) first to load {path!r} under that name")
         if not Path(path).is_file():
             raise ValueError(f"LoRA adapter file not found: {path!r}")
-        with capture_messages(quiet=self._quiet) as log:
-            adapter = lib.llama_adapter_lora_init(self._model.ptr, path.encode("utf-8"))
+        with capture_messages(quiet=self._quiet) as log, self._model.calling as model:
+            adapter = lib.llama_adapter_lora_init(model, path.encode("utf-8"))
         if adapter == ffi.NULL:
             raise ValueError(f"failed to load LoRA adapter {name!r} from {path!r}: "
                              f"{log.reason('not a LoRA GGUF for this model')}")

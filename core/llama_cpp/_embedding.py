@@ -73,7 +73,7 @@ class EmbeddingAPI(LlamaBase):
             raise RuntimeError("this model was loaded without embeddings: create it with "
                                "Llama(model_path, embedding=True) (or embeddings=True) to embed")
         model = self._live_model()
-        if lib.llama_model_has_encoder(model) and lib.llama_model_has_decoder(model):
+        if model.read(lib.llama_model_has_encoder) and model.read(lib.llama_model_has_decoder):
             raise RuntimeError("embeddings of encoder-decoder models are not supported (nor are they by llama.cpp)")
         return Embedder(scheduler)
 

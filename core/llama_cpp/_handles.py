@@ -94,6 +94,72 @@ class NativeHandle(Closing):
             self._free(ptr)
 
 
+class SharedHandle(NativeHandle):
+    """A native pointer that any thread may call through while another closes it (the model: ``tokenize``,
+    metadata reads, building a request's samplers all run on the callers' threads).
+
+    Such a call runs inside ``with handle.calling as ptr:``.  ``close()`` waits for the calls in progress
+    on other threads to return before it frees the pointer, and a call that would start after ``close()``
+    began raises ``RuntimeError`` instead of reaching freed memory.  Calls that only the owner makes, after
+    it has stopped everything else (the engine's decodes), use ``ptr`` directly and pay nothing.
+    """
+
+    __slots__ = ("_changed", "_calls", "_closing", "calling")
+
+    def __init__(self, ptr: Any, free: Callable[[Any], None], what: str) -> None:
+        super().__init__(ptr, free, what)
+        self._changed = threading.Condition(threading.Lock())
+        self._calls: dict[int, int] = {}  # thread ident -> calls in progress on it (a call may nest another)
+        self._closing = False
+        self.calling = _Call(self)
+
+    def begin_call(self) -> Any:
+        """Count a call in (``calling``'s entry); the pointer, valid until ``end_call``."""
+        me = threading.get_ident()
+        with self._changed:
+            if self._closing:
+                raise RuntimeError(f"the {self._what} is closed")
+            self._calls[me] = self._calls.get(me, 0) + 1
+        return self._ptr
+
+    def end_call(self) -> None:
+        me = threading.get_ident()
+        with self._changed:
+            left = self._calls.pop(me) - 1
+            if left:
+                self._calls[me] = left
+            elif self._closing and not self._calls:
+                self._changed.notify_all()
+
+    def close(self) -> None:
+        """Free the pointer once no other thread is calling through it (idempotent)."""
+        with self._changed:
+            if self._closing:
+                return
+            if threading.get_ident() in self._calls:  # waiting would wait for itself
+                raise RuntimeError(f"the {self._what} cannot be closed from inside a call on it (a callback it "
+                                   "made, such as a log handler)")
+            self._closing = True
+            while self._calls:
+                self._changed.wait()
+        super().close()
+
+
+class _Call:
+    """``SharedHandle.calling``: ``with`` around one call through the pointer."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: SharedHandle) -> None:
+        self._handle = handle
+
+    def __enter__(self) -> Any:
+        return self._handle.begin_call()
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.end_call()
+
+
 class _LoadProgress:
     """A load's progress callback and what it raised (the load is cancelled, and the exception raised)."""
 
@@ -114,7 +180,7 @@ def _on_load_progress(progress: float, user_data: Any) -> bool:
 
 
 def load_model(path: Path, params: Any, quiet: bool = False,
-               progress: Callable[[float], object] | None = None) -> NativeHandle:
+               progress: Callable[[float], object] | None = None) -> SharedHandle:
     """Load a model; a failure's ValueError carries llama.cpp's reason (not printed as well when ``quiet``).
     ``progress(fraction)`` is called as the load goes (llama.cpp's ``progress_callback``, on this thread, from
     0.0 to 1.0); returning False cancels the load (a ValueError), and what it raises cancels it and is raised."""
@@ -137,7 +203,7 @@ def load_model(path: Path, params: Any, quiet: bool = False,
         reason = "the progress callback returned False: the load was cancelled" if load is not None and \
             load.cancelled else log.reason("not a valid GGUF model file, or an unsupported one")
         raise ValueError(f"failed to load model from {str(path)!r}: {reason}")
-    return NativeHandle(ptr, lib.llama_model_free, "model")
+    return SharedHandle(ptr, lib.llama_model_free, "model")
 
 
 def new_context(model: NativeHandle, params: Any, quiet: bool = False) -> NativeHandle:

@@ -20,7 +20,7 @@ import os
 from typing import Any, Sequence
 
 from . import llama_cpp as C
-from ._handles import NativeHandle, as_pointer
+from ._handles import SharedHandle, as_pointer
 from ._logger import capture_messages
 from .engine.model import Model
 # the seed's _internals also holds its sampling objects and the decode-abort exception; here they live
@@ -78,7 +78,7 @@ class LlamaModel(_Owner):
         self.model = model
         self.vocab: int = C.llama_model_get_vocab(model)
         # a view of the model for the engine's tokenizer functions; it frees nothing (this object does)
-        self._tokens = Model(NativeHandle(as_pointer(model, "struct llama_model *"), lambda _ptr: None, "model"))
+        self._tokens = Model(SharedHandle(as_pointer(model, "struct llama_model *"), lambda _ptr: None, "model"))
 
     def _free(self, handle: Any) -> None:
         for context in self._contexts:

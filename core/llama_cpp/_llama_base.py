@@ -517,10 +517,12 @@ class LlamaBase(Closing):
                                "model's metadata, but has no context to evaluate, generate or embed with")
         return self._scheduler
 
-    def _live_model(self) -> Any:
+    def _live_model(self) -> Model:
+        """The model, unless ``close()`` was called; its native calls go through ``Model.read`` (and its
+        own methods), which ``close()`` on another thread waits for."""
         if self._closed:
             raise RuntimeError(CLOSED)
-        return self._loaded_model.ptr
+        return self._loaded_model
 
     @property
     def _vocab(self) -> Any:
@@ -582,46 +584,46 @@ class LlamaBase(Closing):
     # -- model information --------------------------------------------------
     def _read_metadata(self) -> dict[str, str]:
         """GGUF metadata as strings (untrusted: undecodable bytes are replaced)."""
-        model = self._live_model()
         out: dict[str, str] = {}
         buf_size = 1024
         buf = ffi.new("char[]", buf_size)
-        for i in range(lib.llama_model_meta_count(model)):
-            n = lib.llama_model_meta_key_by_index(model, i, buf, buf_size)
-            if n < 0:
-                continue
-            key = ffi.string(buf, min(n, buf_size - 1)).decode("utf-8", "replace")
-            n = lib.llama_model_meta_val_str_by_index(model, i, buf, buf_size)
-            if n >= buf_size:
-                big = ffi.new("char[]", n + 1)
-                lib.llama_model_meta_val_str_by_index(model, i, big, n + 1)
-                value = ffi.string(big, n)
-            else:
-                value = ffi.string(buf, max(n, 0))
-            out[key] = value.decode("utf-8", "replace")
+        with self._live_model().handle.calling as model:
+            for i in range(lib.llama_model_meta_count(model)):
+                n = lib.llama_model_meta_key_by_index(model, i, buf, buf_size)
+                if n < 0:
+                    continue
+                key = ffi.string(buf, min(n, buf_size - 1)).decode("utf-8", "replace")
+                n = lib.llama_model_meta_val_str_by_index(model, i, buf, buf_size)
+                if n >= buf_size:
+                    big = ffi.new("char[]", n + 1)
+                    lib.llama_model_meta_val_str_by_index(model, i, big, n + 1)
+                    value = ffi.string(big, n)
+                else:
+                    value = ffi.string(buf, max(n, 0))
+                out[key] = value.decode("utf-8", "replace")
         return out
 
     def n_ctx(self) -> int:
         return lib.llama_n_ctx(self._live_ctx())
 
     def n_ctx_train(self) -> int:
-        return lib.llama_model_n_ctx_train(self._live_model())
+        return self._live_model().read(lib.llama_model_n_ctx_train)
 
     def n_embd(self) -> int:
-        return lib.llama_model_n_embd(self._live_model())
+        return self._live_model().read(lib.llama_model_n_embd)
 
     def n_layer(self) -> int:
-        return lib.llama_model_n_layer(self._live_model())
+        return self._live_model().read(lib.llama_model_n_layer)
 
     def n_head(self) -> int:
-        return lib.llama_model_n_head(self._live_model())
+        return self._live_model().read(lib.llama_model_n_head)
 
     def n_vocab(self) -> int:
         self._live_model()
         return self._n_vocab
 
     def n_params(self) -> int:
-        return lib.llama_model_n_params(self._live_model())
+        return self._live_model().read(lib.llama_model_n_params)
 
     def add_bos_token(self) -> bool:
         """Whether a text prompt starts with BOS: the vocabulary asks for it and has one (llama.cpp's rule)."""
@@ -629,47 +631,40 @@ class LlamaBase(Closing):
         return self._loaded_model.adds_bos
 
     def token_bos(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_bos(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_bos)
 
     def token_eos(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_eos(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_eos)
 
     def token_eot(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_eot(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_eot)
 
     def token_sep(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_sep(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_sep)
 
     def token_nl(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_nl(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_nl)
 
     def token_pad(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_pad(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_pad)
 
     def n_head_kv(self) -> int:
-        return lib.llama_model_n_head_kv(self._live_model())
+        return self._live_model().read(lib.llama_model_n_head_kv)
 
     def n_embd_inp(self) -> int:
-        return lib.llama_model_n_embd_inp(self._live_model())
+        return self._live_model().read(lib.llama_model_n_embd_inp)
 
     def n_embd_out(self) -> int:
-        return lib.llama_model_n_embd_out(self._live_model())
+        return self._live_model().read(lib.llama_model_n_embd_out)
 
     def n_layer_nextn(self) -> int:
-        return lib.llama_model_n_layer_nextn(self._live_model())
+        return self._live_model().read(lib.llama_model_n_layer_nextn)
 
     def n_swa(self) -> int:
-        return lib.llama_model_n_swa(self._live_model())
+        return self._live_model().read(lib.llama_model_n_swa)
 
     def token_mask(self) -> int:
-        self._live_model()
-        return lib.llama_vocab_mask(self._vocab)
+        return self._live_model().read_vocab(lib.llama_vocab_mask)
 
     def pooling_type(self) -> int:
         return int(lib.llama_pooling_type(self._live_ctx()))

@@ -493,13 +493,13 @@ def create_native_spec_engine(config: SpecConfig, *, target_model: Model, target
     """
     from llama_cpp_native import lib
 
-    from ._handles import NativeHandle, as_pointer
+    from ._handles import SharedHandle, as_pointer
     from .engine.model import Model
 
     engine = create_spec_engine(config)
     ctx = as_pointer(getattr(target_context, "ptr", target_context), "struct llama_context *")
     if not isinstance(target_model, Model):
-        target_model = Model(NativeHandle(as_pointer(target_model, "struct llama_model *"), lambda _ptr: None,
+        target_model = Model(SharedHandle(as_pointer(target_model, "struct llama_model *"), lambda _ptr: None,
                                           "target model"))
     engine.attach(SpecTarget(
         model=target_model, ctx=ctx, n_seq=lib.llama_n_seq_max(ctx), n_ctx=lib.llama_n_ctx(ctx),

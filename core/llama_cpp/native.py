@@ -9,10 +9,10 @@ own, such as the multimodal handlers' mmproj files).
 
 from __future__ import annotations
 
-from ._handles import Closing, NativeHandle, load_model, new_context
+from ._handles import Closing, NativeHandle, SharedHandle, load_model, new_context
 from ._hub import hub_download
 from ._logger import capture_messages
 from ._params import BufferOverrides, moe_cpu_overrides
 
-__all__ = ["BufferOverrides", "Closing", "NativeHandle", "capture_messages", "hub_download", "load_model",
-           "moe_cpu_overrides", "new_context"]
+__all__ = ["BufferOverrides", "Closing", "NativeHandle", "SharedHandle", "capture_messages", "hub_download",
+           "load_model", "moe_cpu_overrides", "new_context"]

@@ -215,7 +215,7 @@ def _model_pointer(model: Any) -> tuple[Any, int | None]:
     from .llama import Llama
 
     if isinstance(model, Llama):
-        return model._live_model(), (model.n_ctx() if model._ctx is not None else None)
+        return model._live_model().ptr, (model.n_ctx() if model._ctx is not None else None)
     if isinstance(model, Model):
         return model.ptr, None
     return as_pointer(getattr(model, "model", model), "struct llama_model *"), None

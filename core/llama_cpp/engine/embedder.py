@@ -30,7 +30,7 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from .context import DECODE_ABORTED, RowMode
-from .scheduler import Scheduler
+from .scheduler import CLOSED, Scheduler
 from .slot import BatchRow, RowKind, Slot
 
 POOLING_NAMES = {-1: "unspecified", 0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -97,7 +97,8 @@ class Embedder:
                 group = self._fill(inputs, pending[at:], scratch.slots)
                 rc = scratch.decode(group)
                 if rc == DECODE_ABORTED:
-                    raise RuntimeError("the embedding was aborted (Llama.abort())")
+                    raise RuntimeError(f"{CLOSED}: close() was called during the embedding" if self.scheduler.closed
+                                       else "the embedding was aborted (Llama.abort())")
                 if rc != 0:
                     raise RuntimeError(f"llama_decode failed ({rc}) on a batch of {sum(len(r.fed) for r in group)} "
                                        f"tokens of {len(group)} inputs")

@@ -1,7 +1,9 @@
 """The model: weights and vocabulary, shared by every sequence; no context.
 
 Everything here is read-only once loaded, so any thread may call it while
-another runs a decode.
+another runs a decode.  Calls made on the callers' threads go through the
+handle's ``calling``, so that ``close()`` on another thread waits for them
+instead of freeing the model under them.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ import contextlib
 import functools
 import operator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from llama_cpp_native import ffi, lib
 
-from .._handles import NativeHandle
+from .._handles import SharedHandle
+
+_T = TypeVar("_T")
 
 
 class Model:
@@ -22,7 +26,7 @@ class Model:
 
     __slots__ = ("handle", "ptr", "vocab", "n_vocab", "is_eog", "_eog", "_pieces")
 
-    def __init__(self, handle: NativeHandle) -> None:
+    def __init__(self, handle: SharedHandle) -> None:
         self.handle = handle
         self.ptr = handle.ptr
         self.vocab = lib.llama_model_get_vocab(self.ptr)
@@ -41,35 +45,54 @@ class Model:
         return int(ffi.cast("uintptr_t", self.ptr))
 
     def close(self) -> None:
-        """Free the model (idempotent); what was made from it must be freed first or be told."""
+        """Free the model once the calls in progress on other threads have returned (idempotent); what was
+        made from it must be freed first or be told."""
         self.handle.close()
+
+    @property
+    def calling(self) -> contextlib.AbstractContextManager[Any]:
+        """``with model.calling:`` around native calls made with the model or its vocabulary on a caller's
+        thread (``SharedHandle.calling``): ``close()`` on another thread waits for them."""
+        return self.handle.calling
+
+    def read(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(llama_model *, *args)``, a call that ``close()`` on another thread waits for."""
+        with self.calling as ptr:
+            return fn(ptr, *args)
+
+    def read_vocab(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(llama_vocab *, *args)``, a call that ``close()`` on another thread waits for."""
+        with self.calling:
+            return fn(self.vocab, *args)
 
     # -- vocabulary -----------------------------------------------------------
     @property
     def bos(self) -> int:
-        return lib.llama_vocab_bos(self.vocab)
+        return self.read_vocab(lib.llama_vocab_bos)
 
     @property
     def adds_bos(self) -> bool:
         """Whether the vocabulary wants BOS in front of a text prompt (and has one)."""
-        return bool(lib.llama_vocab_get_add_bos(self.vocab)) and self.bos >= 0
+        return bool(self.read_vocab(lib.llama_vocab_get_add_bos)) and self.bos >= 0
 
     def eog_tokens(self) -> list[int]:
         """Every end-of-generation token (computed once: it scans the vocabulary)."""
         if self._eog is None:
-            self._eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
+            with self.calling:
+                self._eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
         return self._eog
 
     def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
         capacity = len(text) + 2
         buf = ffi.new("llama_token[]", capacity)
-        n = lib.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_bos, special)
-        if n < 0:
-            capacity = -n
-            buf = ffi.new("llama_token[]", capacity)
+        with self.calling:
             n = lib.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_bos, special)
             if n < 0:
-                raise RuntimeError(f"tokenization failed for {len(text)} bytes")
+                capacity = -n
+                buf = ffi.new("llama_token[]", capacity)
+                n = lib.llama_tokenize(self.vocab, text, len(text), buf, capacity, add_bos, special)
+        if n < 0:
+            raise RuntimeError(f"tokenization failed for {len(text)} bytes")
         return list(buf[0:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
@@ -85,10 +108,11 @@ class Model:
         if not 0 <= token < self.n_vocab:  # the cache must not fill with ids llama.cpp would reject
             raise ValueError(f"token id {token} is not in the vocabulary (0..{self.n_vocab - 1})")
         buf = ffi.new("char[]", 64)
-        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
-        if n < 0:
-            buf = ffi.new("char[]", -n)
-            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        with self.calling:
+            n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ffi.new("char[]", -n)
+                n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         return ffi.buffer(buf, n)[:]
 
     def detokenize(self, tokens: Sequence[int], special: bool = False, text_start: bool = True) -> bytes:
@@ -108,11 +132,12 @@ class Model:
         ids = ffi.new("llama_token[]", rest)
         capacity = 8 * len(rest) + 16
         buf = ffi.new("char[]", capacity)
-        n = lib.llama_detokenize(self.vocab, ids, len(rest), buf, capacity, False, special)
-        if n < 0:
-            capacity = -n
-            buf = ffi.new("char[]", capacity)
+        with self.calling:
             n = lib.llama_detokenize(self.vocab, ids, len(rest), buf, capacity, False, special)
+            if n < 0:
+                capacity = -n
+                buf = ffi.new("char[]", capacity)
+                n = lib.llama_detokenize(self.vocab, ids, len(rest), buf, capacity, False, special)
         return self.piece(tokens[0], special) + ffi.buffer(buf, n)[:]
 
     def token_ids(self, tokens: Sequence[Any]) -> list[int]:

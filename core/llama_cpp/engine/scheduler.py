@@ -155,10 +155,19 @@ class Scheduler:
         if request.max_tokens > 0 and not self.ctx.causal:
             raise ValueError("this model's attention is not causal (an encoder such as BERT): it makes embeddings "
                              "and scores, not text; generation needs a causal language model")
+        with self.model.calling:  # close() on another thread frees the model only once the request is queued
+            self._queue(request)
+        if scope is not None:
+            scope.join(request, self.cancel)
+
+    def _queue(self, request: Request) -> None:
+        """``submit``'s second half: build the request's sampler (on the caller's thread) and queue it."""
         if request.max_tokens > 0 and request.sampler is None:
             request.sampler = self._new_sampler(request)
         try:
             with self._mutex:
+                if self._closed:
+                    raise RuntimeError(CLOSED)
                 me = threading.get_ident()
                 holders = [s.request for s in self.planner.candidate_slots(request)]
                 if all(r is not None and not r.cancelled and r.owner == me for r in holders):
@@ -177,8 +186,6 @@ class Scheduler:
         except BaseException:
             request.close_sampler()
             raise
-        if scope is not None:
-            scope.join(request, self.cancel)
 
     def _new_sampler(self, request: Request) -> SequenceSampler:
         """The request's sampler, primed with the tokens before its generation: the prompt, or for a
@@ -315,6 +322,11 @@ class Scheduler:
             self._abort_pending = True
             self.ctx.request_abort()
             self._bump()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called: nothing runs on the context any more."""
+        return self._closed
 
     def _live_requests(self) -> list[Request]:
         """The requests waiting or holding a sequence (mutex held)."""

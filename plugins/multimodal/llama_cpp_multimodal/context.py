@@ -4,7 +4,8 @@
 from); ``prompt()`` tokenizes a rendered prompt and its media into a
 :class:`~llama_cpp.engine.media.MediaPrompt`, whose media chunks (:class:`MtmdChunk`) each own a copy of
 mtmd's chunk and evaluate it through ``mtmd_helper_eval_chunk_single`` when the engine's prefill reaches
-it.  mtmd's context is not thread-safe: tokenizing and encoding take the context's lock.
+it.  mtmd's context is not thread-safe: tokenizing and encoding take the context's lock.  Tokenizing runs on
+the caller's thread, so ``close()`` from another thread waits for it (the handle is a ``SharedHandle``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import threading
 from typing import Any, Sequence
 
-from llama_cpp.native import NativeHandle, capture_messages
+from llama_cpp.native import NativeHandle, SharedHandle, capture_messages
 from llama_cpp.engine.media import MediaChunk, MediaPrompt, media_entries, media_key
 from llama_cpp_native import ffi, lib
 
@@ -69,7 +70,7 @@ class MtmdContext:
                                 "match the text model's embedding width")
             raise ValueError(f"failed to load mmproj {projector.path!r} (projector "
                              f"{projector.projector_type or 'unknown'}): {reason}")
-        self.handle = NativeHandle(ptr, lib.mtmd_free, "mtmd context")
+        self.handle = SharedHandle(ptr, lib.mtmd_free, "mtmd context")
         self.projector = projector
         self.marker = marker
         self.vision = bool(lib.mtmd_support_vision(ptr))
@@ -105,8 +106,7 @@ class MtmdContext:
                 raise MediaError(f"{item.source}: this projector ({self.projector.projector_type}) does not take "
                                  f"{item.kind} input; it takes "
                                  f"{' and '.join(k for k in ('image', 'audio') if self.supports(k))}")
-        with self._lock:
-            ptr = self.handle.ptr
+        with self._lock, self.handle.calling as ptr:
             bitmaps: list[Any] = []
             chunks = lib.mtmd_input_chunks_init()
             try:
