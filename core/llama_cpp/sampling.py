@@ -265,6 +265,24 @@ class ChainContext:
     controls: dict[str, Any] = attrs.field(factory=dict)
     # how a stage reports what it does (stage_log: stderr, unless the log level is below info)
     log: Callable[[str], None] = stage_log
+    # what the stages' Python callbacks raised inside llama.cpp (``callback``), for the chain to raise
+    errors: list[BaseException] = attrs.field(factory=list)
+
+    def callback(self, ctype: str, fn: Callable[..., Any]) -> Any:
+        """``ffi.callback(ctype, fn)`` for a native sampler the stage builds, kept alive with the chain.
+
+        An exception cannot cross llama.cpp: what ``fn`` raises (a bug, or Ctrl-C landing in it) is kept,
+        the callback returns its C type's zero, and the chain raises it once the sampling call returns,
+        so the request ends with that error instead of going on as if the stage had done its work."""
+        errors = self.errors
+
+        def keep_error(_type: Any, error: BaseException, _traceback: Any) -> None:
+            if not errors:  # the first one is the cause; what follows in the same call is its consequence
+                errors.append(error)
+
+        made = self.ffi.callback(ctype, fn, onerror=keep_error)
+        self.keep.append(made)
+        return made
 
 
 def _ordered_stages(params: SamplingParams) -> tuple[list[SamplerStage], list[SamplerStage]]:
@@ -303,7 +321,7 @@ def _build(stage: SamplerStage, ctx: ChainContext) -> list[Any]:
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
-    __slots__ = ("ptr", "active", "leading_top", "_keep")
+    __slots__ = ("ptr", "active", "leading_top", "errors", "_keep")
 
     def __init__(self, ctx: ChainContext) -> None:
         sparams = lib.llama_sampler_chain_default_params()
@@ -313,6 +331,7 @@ class SamplerChain:
         # n when the chain begins by keeping the n highest logits (SamplerStage.keeps_top), at most after
         # the logit bias, else 0
         self.leading_top = 0
+        self.errors = ctx.errors  # what its stages' callbacks raised (ChainContext.callback): raise_stage_error
         self._keep = ctx.keep
         try:
             filters, finals = _ordered_stages(ctx.params)
@@ -338,13 +357,14 @@ class SamplerChain:
             raise
 
     @classmethod
-    def adopt(cls, ptr: Any, keep: list[Any], active: Sequence[str] = (), leading_top: int = 0) -> SamplerChain:
-        """The owner of a chain made elsewhere (``llama_sampler_clone`` of one), keeping ``keep`` (the Python
-        objects its samplers call back into) alive as long as it lives."""
+    def adopt(cls, ptr: Any, ctx: ChainContext, active: Sequence[str] = (), leading_top: int = 0) -> SamplerChain:
+        """The owner of a chain made elsewhere (``llama_sampler_clone`` of one built for ``ctx``), keeping
+        ``ctx.keep`` (the Python objects its samplers call back into) alive as long as it lives."""
         if ptr == ffi.NULL:
             raise RuntimeError("llama.cpp could not copy the sampler chain")
         chain = cls.__new__(cls)
-        chain.ptr, chain.active, chain.leading_top, chain._keep = ptr, list(active), leading_top, keep
+        chain.ptr, chain.active, chain.leading_top, chain._keep = ptr, list(active), leading_top, ctx.keep
+        chain.errors = ctx.errors
         return chain
 
     @property
@@ -353,7 +373,18 @@ class SamplerChain:
         return self.active in (["greedy"], ["logit_bias", "greedy"])
 
     def sample(self, ctx_ptr: Any, idx: int = -1) -> int:
-        return lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
+        token = lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
+        if self.errors:
+            self.raise_stage_error()
+        return token
+
+    def raise_stage_error(self) -> None:
+        """Raise what a stage's Python callback raised during the last native call on the chain, if anything
+        (callers check ``errors`` first: the per-token path pays one list test)."""
+        if self.errors:
+            error = self.errors[0]
+            self.errors.clear()
+            raise error
 
     def close(self) -> None:
         ptr, self.ptr = getattr(self, "ptr", None), None  # (none yet when __init__ was interrupted before it)

@@ -334,6 +334,7 @@ class LlamaSamplingContext:
         lib.llama_sampler_apply(chain.ptr, cur_p)
         for custom in self.params.custom_samplers:
             custom.raise_pending()
+        chain.raise_stage_error()
         if not 0 <= cur_p.selected < cur_p.size:
             raise RuntimeError("the sampler chain selected no token (a custom sampler must leave one selectable)")
 
@@ -344,6 +345,7 @@ class LlamaSamplingContext:
         if self.grammar_sampler is not None and accept_grammar:
             lib.llama_sampler_accept(self.grammar_sampler, token)
         lib.llama_sampler_accept(chain.ptr, token)
+        chain.raise_stage_error()
         self.prev.append(int(token))
 
     def reset(self) -> None:
@@ -361,7 +363,7 @@ class LlamaSamplingContext:
         chain = self._live_chain()
         copy = object.__new__(LlamaSamplingContext)
         copy.__dict__.update(self.__dict__)
-        copy.sampler_chain = SamplerChain.adopt(lib.llama_sampler_clone(chain.ptr), self._chain_ctx.keep,
+        copy.sampler_chain = SamplerChain.adopt(lib.llama_sampler_clone(chain.ptr), self._chain_ctx,
                                                 chain.active, chain.leading_top)
         copy.grammar_sampler = (lib.llama_sampler_clone(self.grammar_sampler) if self.grammar_sampler is not None
                                 else None)

@@ -127,17 +127,22 @@ class SequenceSampler:
             edited = self._processor(self.history.view(), view)
             if edited is not view and edited is not None:
                 view[:] = edited
-        if self._kept_n is not None:
-            return self._sample_reporting(ctx, row, self._kept_n), raw
-        if self._argmax:
+        if self._argmax and self._kept_n is None:
             return self._biased_argmax(ctx.logits_row(row)), None
+        token = self._sample_reporting(ctx, row, self._kept_n) if self._kept_n is not None else \
+            self._sample_native(ctx, row)
+        if self.chain.errors:  # a stage's Python callback raised inside llama.cpp
+            self.chain.raise_stage_error()
+        return token, raw
+
+    def _sample_native(self, ctx: Context, row: int) -> int:
         if self._top_n:
             token = lib.llama_cpp_native_sample_top(self.chain.ptr, ctx.ptr, row, self._top_n, *self._top_bias)
             if token >= 0:
-                return token, raw
+                return token
             if token == -2:
                 raise RuntimeError("the sampler chain failed on the candidates of its top-k")
-        return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row), raw
+        return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row)
 
     def _sample_reporting(self, ctx: Context, row: int, n: int) -> int:
         """Sample from every candidate and keep, under ``row``, what the chain left of them (``kept``).  The

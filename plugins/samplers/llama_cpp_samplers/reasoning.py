@@ -132,7 +132,6 @@ def reasoning_budget_stage(ctx: Any) -> list[Any]:
     machine = ReasoningBudget(params, piece, tokenize, ctx.log)
     ctx.controls["reasoning_budget"] = machine
 
-    @ffi.callback("void(struct llama_sampler *, llama_token_data_array *)")
     def apply(_smpl: Any, cur_p: Any) -> None:
         token = machine.forced_token()
         if token is None:
@@ -142,17 +141,14 @@ def reasoning_budget_stage(ctx: Any) -> list[Any]:
         logits[candidates["id"] != token] = -np.inf
         cur_p.sorted = False  # the masked logits no longer follow any earlier order
 
-    @ffi.callback("void(struct llama_sampler *, llama_token)")
     def accept(_smpl: Any, token: int) -> None:
         machine.accept(token)
 
     name = ffi.new("char[]", b"reasoning-budget")
-
-    @ffi.callback("const char *(*)(const struct llama_sampler *)")
-    def get_name(_smpl: Any) -> Any:
-        return name
-
     iface = ffi.new("struct llama_sampler_i *")
-    iface.name, iface.accept, iface.apply = get_name, accept, apply
-    ctx.keep.extend((iface, apply, accept, get_name, name, buf, machine))
+    # through ctx.callback: what the machine raises inside llama.cpp ends the request with that error
+    iface.name = ctx.callback("const char *(*)(const struct llama_sampler *)", lambda _smpl: name)
+    iface.accept = ctx.callback("void(struct llama_sampler *, llama_token)", accept)
+    iface.apply = ctx.callback("void(struct llama_sampler *, llama_token_data_array *)", apply)
+    ctx.keep.extend((iface, name, buf, machine))
     return [lib.llama_sampler_init(iface, ffi.NULL)]
