@@ -8,13 +8,22 @@ given.  What real templates need is provided: ``raise_exception``,
 the ``{% generation %}`` blocks of training templates (rendered as their body).
 Templates are compiled on first use, so one unusual template never breaks
 loading a model.
+
+The sandbox bounds how long a rendering may run, which Jinja's own does not:
+every loop step and every call (a macro calling itself twice, 40 deep, is
+2**40 calls) spends one of ``MAX_STEPS``, and a template past it fails with a
+``TemplateError`` instead of hanging the process.  Repeating a string or list
+(``'x' * n``) and integer powers are sized before they are computed.  Other
+ways for a template to ask for a huge string (a width argument, as in
+``'x'.ljust(n)``) are not bounded.
 """
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import json
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import jinja2
 from jinja2 import nodes
@@ -105,8 +114,72 @@ class _LenientUndefined(jinja2.ChainableUndefined):
         return super().__iter__()
 
 
+# What one rendering may spend.  Most real templates take thousands of steps for a long conversation with
+# many tools; Gemma 4's looks back over the conversation at every message: 2 million steps (7 s) for
+# 2000 messages.  Ten million steps take 30 to 40 s; nothing real repeats more than a few spaces.
+MAX_STEPS = 10_000_000
+MAX_REPEATED = 10_000_000  # items a repetition ('x' * n, [0] * n) may make
+MAX_POWER_BITS = 4_096  # size of an integer power (2 ** n)
+
+_steps_left: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_steps_left", default=None)
+
+
+def _spend() -> None:
+    left = _steps_left.get()
+    if left is None:  # rendered outside Jinja2ChatFormatter.render: not counted
+        return
+    left[0] -= 1
+    if left[0] < 0:
+        raise TemplateError(f"the chat template took more than {MAX_STEPS} loop steps and calls in one rendering: "
+                            "refused (a template that would loop or recurse without end)")
+
+
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    """What every ``{% for %}`` iterates (see ``_BoundedEnvironment``): the same items, each a step."""
+    for item in iterable:
+        _spend()
+        yield item
+
+
+def _repeat(left: Any, right: Any) -> Any:
+    sequence, times = (left, right) if isinstance(right, int) else (right, left)
+    if isinstance(sequence, (str, list, tuple)) and isinstance(times, int) and \
+            len(sequence) * times > MAX_REPEATED:
+        raise TemplateError(f"the chat template repeats {len(sequence)} items {times} times: more than "
+                            f"{MAX_REPEATED} items are refused")
+    return left * right
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    if isinstance(base, int) and isinstance(exponent, int) and abs(base) > 1 and \
+            exponent * base.bit_length() > MAX_POWER_BITS:
+        raise TemplateError(f"the chat template raises {base} to the power {exponent}: refused (too large)")
+    return base ** exponent
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """The sandbox, with every loop and call counted against ``MAX_STEPS`` and repetition and powers sized."""
+
+    intercepted_binops = frozenset({"*", "**"})
+    _sized = {"*": _repeat, "**": _power}
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        for loop in tree.find_all(nodes.For):  # for x in <iter>  ->  for x in _counted(<iter>)
+            loop.iter = nodes.Call(nodes.ImportedName(f"{__name__}._counted"), [loop.iter], [], None, None,
+                                   lineno=loop.lineno)
+        return tree
+
+    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
+        return self._sized.get(operator_name, self.binop_table[operator_name])(left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's names
+        _spend()
+        return super().call(__context, __obj, *args, **kwargs)
+
+
 def make_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlocks],
         undefined=_LenientUndefined, autoescape=False,
     )
@@ -165,6 +238,7 @@ class Jinja2ChatFormatter:
         now = datetime.datetime.now()
         context = {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),  # as llama.cpp
                    **self.special_tokens_map, "eos_token": self.eos_token, "bos_token": self.bos_token, **variables}
+        budget = _steps_left.set([MAX_STEPS])
         try:
             return self._template().render(messages=messages, **context)
         except jinja2.exceptions.SecurityError as exc:
@@ -173,8 +247,12 @@ class Jinja2ChatFormatter:
             raise
         except jinja2.TemplateError as exc:
             raise TemplateError(f"the chat template failed: {exc}") from exc
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
             raise TemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
+        except RecursionError as exc:
+            raise TemplateError("the chat template failed: it nests macro calls or blocks too deeply") from exc
+        finally:
+            _steps_left.reset(budget)
 
     def _probe(self, messages: list[dict[str, Any]], **variables: Any) -> str:
         """The template's rendering of a probe conversation, or "" where it refuses or fails on it."""
