@@ -254,15 +254,12 @@ TEMPLATES = sorted((llama_cpp_source_dir() / "models" / "templates").glob("*.jin
 REFUSED = {"google-gemma-2-2b-it": "System role not supported"}
 # templates that render no tool results at all
 NO_TOOL_RESULTS = {"llama-cpp-rwkv-world", "microsoft-Phi-3.5-mini-instruct"}
-# templates the sandbox stops: they append to a list of their own, which ImmutableSandboxedEnvironment forbids
-SANDBOX_REFUSED = {"Kimi-K2-Instruct", "Kimi-K2-Thinking"}
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, id=p.stem, marks=pytest.mark.xfail(
-        strict=True, raises=TemplateError, reason="the template appends to a list it made: the immutable sandbox "
-        "refuses list.append")) if p.stem in SANDBOX_REFUSED else pytest.param(p, id=p.stem) for p in TEMPLATES])
+@pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])
 def test_every_real_template_renders_every_shape(path: Path) -> None:
+    """Kimi K2's templates included: they queue tool call ids in a list of their own, which the sandbox lets
+    a template change (the values it is given stay unchangeable)."""
     formatter = Jinja2ChatFormatter(path.read_text(encoding="utf-8"), eos_token="</s>", bos_token="<s>")
     try:
         prompt = formatter(messages=normalize_messages(FULL_LOOP), tools=TOOLS).prompt

@@ -1,9 +1,11 @@
 """Rendering chat templates (Jinja) from untrusted GGUF files, in a sandbox.
 
 A template comes from a model file, so it is untrusted code: it runs in
-Jinja2's ImmutableSandboxedEnvironment, which refuses access to Python
-internals (``__class__``, ``__globals__``...) and mutation of the values it is
-given.  What real templates need is provided: ``raise_exception``,
+Jinja2's sandbox, which refuses access to Python internals (``__class__``,
+``__globals__``...), and may not change the values it is given (the caller's
+messages and tools); the lists and dicts it makes itself it may change, as
+llama.cpp's own engine lets it (Kimi K2's templates queue tool call ids in a
+list of their own).  What real templates need is provided: ``raise_exception``,
 ``strftime_now``, a ``tojson`` that does not HTML-escape, loop controls, and
 the ``{% generation %}`` blocks of training templates (rendered as their body).
 Templates are compiled on first use, so one unusual template never breaks
@@ -28,7 +30,7 @@ from typing import Any, Iterable, Iterator
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from llama_cpp.chat_messages import content_text
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
@@ -121,21 +123,47 @@ MAX_STEPS = 10_000_000
 MAX_REPEATED = 10_000_000  # items a repetition ('x' * n, [0] * n) may make
 MAX_POWER_BITS = 4_096  # size of an integer power (2 ** n)
 
-_steps_left: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_steps_left", default=None)
+
+
+class _Rendering:
+    """One rendering's state: the steps it has left, and the containers its caller gave it (by identity),
+    which it may not change."""
+
+    __slots__ = ("steps_left", "given")
+
+    def __init__(self, values: Any) -> None:
+        self.steps_left = MAX_STEPS
+        self.given = _containers(values)
+
+
+def _containers(values: Any) -> frozenset[int]:
+    """The ids of every list, dict, set and tuple reachable from ``values`` (alive through the rendering,
+    so no object the template makes can share one)."""
+    seen: set[int] = set()
+    stack = [values]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (list, tuple, set, frozenset, dict)) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return frozenset(seen)
+
+
+_rendering: contextvars.ContextVar[_Rendering | None] = contextvars.ContextVar("template_rendering", default=None)
 
 
 def _spend() -> None:
-    left = _steps_left.get()
-    if left is None:  # rendered outside Jinja2ChatFormatter.render: not counted
+    rendering = _rendering.get()
+    if rendering is None:  # rendered outside Jinja2ChatFormatter.render: not counted
         return
-    left[0] -= 1
-    if left[0] < 0:
+    rendering.steps_left -= 1
+    if rendering.steps_left < 0:
         raise TemplateError(f"the chat template took more than {MAX_STEPS} loop steps and calls in one rendering: "
                             "refused (a template that would loop or recurse without end)")
 
 
 def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
-    """What every ``{% for %}`` iterates (see ``_BoundedEnvironment``): the same items, each a step."""
+    """What every ``{% for %}`` iterates (see ``_TemplateSandbox``): the same items, each a step."""
     for item in iterable:
         _spend()
         yield item
@@ -157,8 +185,9 @@ def _power(base: Any, exponent: Any) -> Any:
     return base ** exponent
 
 
-class _BoundedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox, with every loop and call counted against ``MAX_STEPS`` and repetition and powers sized."""
+class _TemplateSandbox(SandboxedEnvironment):
+    """Jinja's sandbox, with every loop and call counted against ``MAX_STEPS``, repetition and powers sized,
+    and the values the caller gave the rendering unchangeable."""
 
     intercepted_binops = frozenset({"*", "**"})
     _sized = {"*": _repeat, "**": _power}
@@ -170,6 +199,14 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
                                    lineno=loop.lineno)
         return tree
 
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if not super().is_safe_attribute(obj, attr, value):
+            return False
+        if not modifies_known_mutable(obj, attr):
+            return True
+        rendering = _rendering.get()  # outside a counted rendering nothing may be changed
+        return rendering is not None and id(obj) not in rendering.given
+
     def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
         return self._sized.get(operator_name, self.binop_table[operator_name])(left, right)
 
@@ -178,8 +215,8 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         return super().call(__context, __obj, *args, **kwargs)
 
 
-def make_environment() -> ImmutableSandboxedEnvironment:
-    env = _BoundedEnvironment(
+def make_environment() -> SandboxedEnvironment:
+    env = _TemplateSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlocks],
         undefined=_LenientUndefined, autoescape=False,
     )
@@ -238,11 +275,13 @@ class Jinja2ChatFormatter:
         now = datetime.datetime.now()
         context = {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y"),  # as llama.cpp
                    **self.special_tokens_map, "eos_token": self.eos_token, "bos_token": self.bos_token, **variables}
-        budget = _steps_left.set([MAX_STEPS])
+        variables = {"messages": messages, **context}
+        rendering = _rendering.set(_Rendering(variables))
         try:
-            return self._template().render(messages=messages, **context)
+            return self._template().render(**variables)
         except jinja2.exceptions.SecurityError as exc:
-            raise TemplateError(f"the chat template was refused: it tried to reach Python internals ({exc})") from exc
+            raise TemplateError(f"the chat template was refused: it tried to reach Python internals or to change "
+                                f"the values it was given ({exc})") from exc
         except TemplateError:
             raise
         except jinja2.TemplateError as exc:
@@ -252,7 +291,7 @@ class Jinja2ChatFormatter:
         except RecursionError as exc:
             raise TemplateError("the chat template failed: it nests macro calls or blocks too deeply") from exc
         finally:
-            _steps_left.reset(budget)
+            _rendering.reset(rendering)
 
     def _probe(self, messages: list[dict[str, Any]], **variables: Any) -> str:
         """The template's rendering of a probe conversation, or "" where it refuses or fails on it."""

@@ -1,5 +1,6 @@
 """A chat template comes from a GGUF file: one that loops, recurses or repeats without end is refused with a
-TemplateError instead of hanging the process or filling its memory (Jinja's sandbox bounds none of it)."""
+TemplateError instead of hanging the process or filling its memory (Jinja's sandbox bounds none of it); it
+may change the lists and dicts it makes, never the values it is given."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from llama_cpp_chat_formats.jinja import Jinja2ChatFormatter, TemplateError
 MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 
 
-def render(template: str) -> str:
-    return Jinja2ChatFormatter(template, eos_token="</s>", bos_token="<s>").render(MESSAGES)
+def render(template: str, **variables: object) -> str:
+    return Jinja2ChatFormatter(template, eos_token="</s>", bos_token="<s>").render(MESSAGES, **variables)
 
 
 @pytest.mark.parametrize(("template", "reason"), [
@@ -53,3 +54,18 @@ def test_what_real_templates_do_is_unchanged() -> None:
                 "{% for x in [] %}{% else %}empty{% endfor %}|{{ '  ' * 2 }}{{ [0] * 2 }}{{ 2 ** 10 }}"
                 "{{ 2 ** -1 }}{{ 'ab' * -1 }}")
     assert render(template) == "1/1|a=1empty|    [0, 0]10240.5"
+
+
+def test_a_template_changes_its_own_lists_and_dicts_but_not_the_callers() -> None:
+    own = ("{% set queue = namespace(ids=[]) %}{% set _ = queue.ids.append('a') %}{% set _ = queue.ids.append('b') %}"
+           "{{ queue.ids.pop(0) }}{{ queue.ids }}{% set d = {} %}{% set _ = d.update({'k': 1}) %}{{ d }}"
+           "{% set copy = messages + [] %}{% set _ = copy.append(1) %}{{ copy | length }}")
+    assert render(own) == "a['b']{'k': 1}3"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    for template in ("{% set _ = messages.append(1) %}", "{% set _ = messages[0].update({'role': 'x'}) %}",
+                     "{% set copy = messages + [] %}{% set _ = copy[0].pop('role') %}",
+                     "{% set _ = tools[0]['function'].clear() %}"):
+        with pytest.raises(TemplateError, match="change the values it was given"):
+            render(template, tools=tools)
+    assert MESSAGES == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert tools == [{"type": "function", "function": {"name": "f"}}]
