@@ -29,8 +29,15 @@ def rendered_prompt(llm: Any, body: ChatRequest) -> ChatFormatterResponse:
 
 
 def apply_template(llm: Any, body: ChatRequest) -> dict[str, Any]:
-    """``/apply-template``'s answer, as llama-server's: ``{"prompt": the rendered text}``."""
-    return {"prompt": rendered_prompt(llm, body).prompt}
+    """``/apply-template``'s answer, as llama-server's: ``{"prompt": the rendered text}``, without the BOS a
+    template writes first when the tokenizer adds BOS itself (llama.cpp takes it off the rendered text; the
+    tokens the chat evaluates are the same either way)."""
+    rendered = rendered_prompt(llm, body)
+    prompt = rendered.prompt
+    if rendered.added_special and llm.add_bos_token():
+        bos = llm.detokenize([llm.token_bos()], special=True).decode("utf-8", "replace")
+        prompt = prompt.removeprefix(bos)
+    return {"prompt": prompt}
 
 
 def input_tokens(llm: Any, body: ChatRequest) -> dict[str, Any]:

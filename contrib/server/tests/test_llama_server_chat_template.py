@@ -13,7 +13,6 @@ from llama_cpp_server.llama_server_flags import CHAT_TEMPLATE_NAMES
 from serving import llama_server, running
 
 from llama_cpp.plugins import ChatFormat, get_host
-from llama_cpp.testing import llama_cpp_source_dir
 
 TEMPLATE = ("{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}{{ eos_token }}\n{% endfor %}"
             "{% if add_generation_prompt %}[ASSISTANT] {% endif %}")
@@ -64,31 +63,3 @@ def test_a_template_with_another_chat_choice_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="cannot read"):
         load_settings(["--chat-template-file", str(tmp_path / "missing.jinja")])
 
-
-TOOL_LOOP = [
-    {"role": "user", "content": "Weather in Paris and Rome?"},
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-        {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
-    {"role": "tool", "tool_call_id": "a", "content": "18 degrees"},
-    {"role": "tool", "tool_call_id": "b", "content": "21 degrees"},
-    {"role": "user", "content": "Thanks"},
-]
-
-
-@pytest.mark.parametrize("name", ["Kimi-K2-Instruct", "Kimi-K2-Thinking"])
-def test_a_template_that_changes_a_list_of_its_own_renders_as_llama_servers(chat_model_path: Path,
-                                                                             name: str) -> None:
-    """Kimi K2's templates queue the tool call ids in a list they make and pop them at each tool result; the
-    sandbox refused that (it forbade changing any list) until it told the caller's values from the
-    template's own."""
-    path = llama_cpp_source_dir() / "models" / "templates" / f"{name}.jinja"
-    flags = ["--chat-template-file", str(path)]
-    settings = load_settings(["-m", str(chat_model_path), "-c", "1024", "-np", "1", "-t", "1", "-tb", "1", *flags])
-    with running(settings) as ours, llama_server(chat_model_path, "-c", "1024", "-np", "1", *flags) as theirs:
-        prompts = [httpx.post(f"{base}/apply-template", json={"messages": TOOL_LOOP}, timeout=30).json()
-                   for base in (ours, theirs)]
-    assert prompts[0] == prompts[1]
-    prompt = prompts[0]["prompt"]
-    assert "## Return of functions.get_weather:0\n18 degrees" in prompt
-    assert "## Return of functions.get_weather:1\n21 degrees" in prompt

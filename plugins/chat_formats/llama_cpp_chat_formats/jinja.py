@@ -7,7 +7,10 @@ messages and tools); the lists and dicts it makes itself it may change, as
 llama.cpp's own engine lets it (Kimi K2's templates queue tool call ids in a
 list of their own).  What real templates need is provided: ``raise_exception``,
 ``strftime_now``, a ``tojson`` that does not HTML-escape, loop controls, and
-the ``{% generation %}`` blocks of training templates (rendered as their body).
+the ``{% generation %}`` blocks of training templates (rendered as their body),
+and a ``safe`` that returns plain text (nothing is escaped here: Jinja's
+``Markup`` would HTML-escape what a template adds to it, as llama.cpp's engine
+does not).
 Templates are compiled on first use, so one unusual template never breaks
 loading a model.
 
@@ -54,6 +57,12 @@ class _GenerationBlocks(Extension):
 
 def _raise_exception(message: str) -> None:
     raise TemplateError(f"the chat template refused the conversation: {message}")
+
+
+def _plain_text(value: Any) -> str:
+    """``safe``: with no escaping there is nothing to mark safe; a ``Markup`` would escape the strings
+    added to it (functionary's ``"Use the function '"|safe + name`` wrote ``&#34;`` into prompts)."""
+    return str(value)
 
 
 def _strftime_now(fmt: str) -> str:
@@ -223,6 +232,7 @@ def make_environment() -> SandboxedEnvironment:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.filters["tojson"] = _tojson
+    env.filters["safe"] = _plain_text
     return env
 
 
@@ -248,6 +258,23 @@ def _with_object_arguments(call: dict[str, Any], where: str) -> dict[str, Any]:
     return {**call, "function": {**fn, "arguments": parsed}}
 
 
+def _system_merged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without their leading system message, whose text goes in front of the next message's
+    (a newline between, as llama.cpp joins them); alone, it is dropped."""
+    system, rest = messages[0], messages[1:]
+    if not rest:
+        return []
+    text = system.get("content")
+    text = content_text(text) if isinstance(text, list) else str(text or "")
+    first = rest[0]
+    content = first.get("content")
+    if isinstance(content, list):  # a template that renders the parts itself gets the text as one more part
+        merged: Any = [{"type": "text", "text": text}, *content]
+    else:
+        merged = f"{text}\n{content or ''}"
+    return [{**first, "content": merged}, *rest[1:]]
+
+
 class Jinja2ChatFormatter:
     """Renders messages with a Jinja chat template (llama-cpp-python's ``Jinja2ChatFormatter``)."""
 
@@ -262,6 +289,7 @@ class Jinja2ChatFormatter:
         self._compiled: jinja2.Template | None = None
         self._takes_parts: bool | None = None
         self._takes_objects: bool | None = None
+        self._takes_system: bool | None = None
 
     def _template(self) -> jinja2.Template:
         if self._compiled is None:
@@ -328,18 +356,31 @@ class Jinja2ChatFormatter:
                 {"role": "assistant", "content": "The tool response was 'tool response'"},
                 {"role": "user", "content": "User message"},
             ], tools=[tool])
-            # printed as Python's repr ({'arg': ...}), the object was not what the template wanted
-            self._takes_objects = _PROBE in out and "{'arg'" not in out
+            # printed as Python's repr, the object was not what the template wanted (a repr elsewhere in the
+            # prompt, of the tool's parameters, says nothing about the call)
+            self._takes_objects = _PROBE in out and repr(call["function"]["arguments"]) not in out
         return self._takes_objects
+
+    def takes_system_role(self) -> bool:
+        """Whether the template renders a system message (Gemma 2's refuses one, others drop it); one that
+        does not gets the system message's text in front of the next message's, as llama.cpp does for
+        such templates (``supports_system_role``, ``system_message_not_supported``).  Asked once, when a
+        system message first comes."""
+        if self._takes_system is None:
+            out = self._probe([{"role": "system", "content": _PROBE}, {"role": "user", "content": "User message"}])
+            self._takes_system = _PROBE in out
+        return self._takes_system
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` in the forms this template renders: lists of text parts as their text where it takes
         strings (:meth:`takes_content_parts`), tool-call arguments as objects where it takes objects
         (:meth:`takes_object_arguments`; arguments that are not a JSON object are a ValueError naming the
-        call).  Unchanged where neither applies."""
+        call), a leading system message merged into the next message where it renders none
+        (:meth:`takes_system_role`).  Unchanged where none applies."""
         flatten = any(isinstance(m.get("content"), list) for m in messages) and not self.takes_content_parts()
         objects = any(m.get("tool_calls") for m in messages) and self.takes_object_arguments()
-        if not (flatten or objects):
+        merge = bool(messages) and messages[0].get("role") == "system" and not self.takes_system_role()
+        if not (flatten or objects or merge):
             return messages
         out = []
         for i, message in enumerate(messages):
@@ -349,7 +390,7 @@ class Jinja2ChatFormatter:
                 message = {**message, "tool_calls": [_with_object_arguments(call, f"messages[{i}].tool_calls[{k}]")
                                                      for k, call in enumerate(message["tool_calls"])]}
             out.append(message)
-        return out
+        return _system_merged(out) if merge else out
 
     def __call__(self, *, messages: list[dict[str, Any]], functions: Any = None, function_call: Any = None,
                  tools: Any = None, tool_choice: Any = None, add_generation_prompt: bool | None = None,

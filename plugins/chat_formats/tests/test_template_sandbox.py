@@ -69,3 +69,9 @@ def test_a_template_changes_its_own_lists_and_dicts_but_not_the_callers() -> Non
             render(template, tools=tools)
     assert MESSAGES == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
     assert tools == [{"type": "function", "function": {"name": "f"}}]
+
+
+def test_safe_is_plain_text_so_nothing_added_to_it_is_escaped() -> None:
+    # functionary v3.1's "Use the function '"|safe + name + ... + tool | tojson: Jinja's Markup escaped the rest
+    assert render("""{{ "Use '"|safe + name + "'\\n"|safe + {"a": name} | tojson }}""", name='x"y') == \
+        'Use \'x"y\'\n{"a": "x\\"y"}'

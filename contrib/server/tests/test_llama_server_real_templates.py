@@ -1,0 +1,71 @@
+"""Every real chat template of the pinned llama.cpp source (``models/templates/``, 70 model families), given to
+both servers with ``--chat-template-file``: ``/apply-template`` renders the same prompt as llama-server's for a
+plain turn, a conversation with a system message, a request with tools and a two-call tool loop, or both
+refuse it.
+
+This found what the sandbox and the formatter did differently from llama.cpp: the BOS a template writes
+first (llama.cpp takes it off when the tokenizer adds one), ``|safe`` (Jinja's ``Markup`` HTML-escaped what
+functionary v3.1 adds to it), Apriel's tool-call arguments (a repr of the tool's parameters misled the probe
+for object arguments), Gemma 2's system message (merged into the next message, as llama.cpp does for a
+template that renders none) and Kimi K2's queue of tool call ids (a list the template changes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from llama_cpp_server import load_settings
+from serving import llama_server, running
+
+from llama_cpp.testing import llama_cpp_source_dir
+
+TEMPLATES = sorted((llama_cpp_source_dir() / "models" / "templates").glob("*.jinja"))
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+BODIES: dict[str, dict[str, Any]] = {
+    "plain": {"messages": [{"role": "user", "content": "Hello"}]},
+    "system": {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]},
+    "tools": {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS},
+    "tool loop": {"messages": [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "21 degrees"},
+        {"role": "user", "content": "Thanks"}], "tools": TOOLS},
+}
+# where llama-server departs from rendering the template as it stands, for one model family's sake
+LLAMA_SERVER_SPECIFIC = {
+    # llama.cpp's parser generator finds no thinking markers in this template, so llama-server sets
+    # enable_thinking false for it ("Deliberation: disabled"); the server here sets it true for every template
+    ("Apertus-8B-Instruct", body): "enable_thinking false" for body in BODIES
+} | {
+    # llama.cpp's DeepSeek V3.2/V4 handler renders an earlier assistant turn with an empty thinking block
+    ("deepseek-ai-DeepSeek-V4", "system"): "an empty <think></think> in history",
+    ("deepseek-ai-DeepSeek-V4-Flash-0731", "system"): "an empty <think></think> in history",
+    # llama.cpp rewrites tool results into the assistant turn for Gemma 4 templates older than the official one
+    ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",
+}
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])
+def test_a_real_template_renders_as_llama_server_renders_it(chat_model_path: Path, path: Path) -> None:
+    flags = ["--chat-template-file", str(path)]
+    settings = load_settings(["-m", str(chat_model_path), "-c", "2048", "-np", "1", "-t", "1", "-tb", "1", *flags])
+    differences = []
+    with running(settings) as ours, llama_server(chat_model_path, "-c", "2048", "-np", "1", *flags) as theirs:
+        for name, body in BODIES.items():
+            replies = [httpx.post(f"{base}/apply-template", json=body, timeout=60) for base in (ours, theirs)]
+            mine, native = (r.json() for r in replies)
+            if replies[0].status_code >= 400 and replies[1].status_code >= 400:
+                continue  # both refuse it (the template's own raise_exception, here as there)
+            if (replies[0].status_code, mine) != (replies[1].status_code, native):
+                differences.append(name)
+    expected = sorted(body for (stem, body) in LLAMA_SERVER_SPECIFIC if stem == path.stem)
+    assert sorted(differences) == expected, f"{path.stem}: {differences}"
