@@ -345,8 +345,8 @@ class Jinja2ChatFormatter:
         llama.cpp does for such templates (``supports_object_arguments``, ``func_args_not_string``).
         Asked once, when a tool call first comes."""
         if self._takes_objects is None:
-            call = {"id": "call00001", "type": "function",
-                    "function": {"name": "tool1", "arguments": {"arg": _PROBE}}}
+            arguments = {"arg": _PROBE}
+            call = {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": arguments}}
             tool = {"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {
                 "type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}
             out = self._probe([
@@ -358,7 +358,7 @@ class Jinja2ChatFormatter:
             ], tools=[tool])
             # printed as Python's repr, the object was not what the template wanted (a repr elsewhere in the
             # prompt, of the tool's parameters, says nothing about the call)
-            self._takes_objects = _PROBE in out and repr(call["function"]["arguments"]) not in out
+            self._takes_objects = _PROBE in out and repr(arguments) not in out
         return self._takes_objects
 
     def takes_system_role(self) -> bool:
