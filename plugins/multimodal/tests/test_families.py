@@ -347,10 +347,12 @@ TEXT_TEMPLATE = "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor
 @pytest.mark.parametrize("cls", [*IMAGE_FAMILIES, GenericMTMDChatHandler], ids=lambda cls: cls.__name__)
 def test_chat_template_override_is_used_verbatim(cls: type[MTMDChatHandler], mmproj: str,
                                                  image: dict[str, Any]) -> None:
-    handler = cls(mmproj_path=mmproj, verbose=False, chat_template_override="{{ messages[1].content }}!")
+    # (a template must render the system message, or it is merged into the next one, as llama.cpp does)
+    handler = cls(mmproj_path=mmproj, verbose=False,
+                  chat_template_override="{{ messages[0].content }}|{{ messages[1].content }}!")
     llama = FakeLlama({"tokenizer.chat_template": MEDIA_TEMPLATE})
-    expected = "Picture 1: <IMG>What is this?!" if cls in (Qwen3VLChatHandler, Qwen35ChatHandler) else \
-        "<IMG>What is this?!"
+    expected = "Be brief.|Picture 1: <IMG>What is this?!" if cls in (Qwen3VLChatHandler, Qwen35ChatHandler) else \
+        "Be brief.|<IMG>What is this?!"
     assert render(handler, conversation(image), llama) == expected
 
 
@@ -381,20 +383,20 @@ def test_the_generic_handler_uses_the_model_template(mmproj: str, image: dict[st
     # a file without a template: the layout of the projector's family (gemma3 here), else the generic one
     assert render(handler, conversation(image)) == LAYOUTS[Gemma3ChatHandler]
     assert handler.STOP == Gemma3ChatHandler.STOP
-    explicit = GenericMTMDChatHandler(chat_format="{{ messages | length }}: {{ messages[1].content }}",
-                                      mmproj_path=mmproj, verbose=False)
+    explicit = GenericMTMDChatHandler(chat_format="{{ messages | length }}: {{ messages[0].content }}|"
+                                                  "{{ messages[1].content }}", mmproj_path=mmproj, verbose=False)
     assert render(explicit, conversation(image), FakeLlama({"tokenizer.chat_template": MEDIA_TEMPLATE})) == \
-        "2: <IMG>What is this?"
+        "2: Be brief.|<IMG>What is this?"
     with pytest.raises(ValueError, match="chat_format must be a Jinja template string"):
         GenericMTMDChatHandler(chat_format=["not", "a", "template"], mmproj_path=mmproj, verbose=False)
 
 
 def test_chat_template_name_picks_a_named_template(mmproj: str, image: dict[str, Any]) -> None:
     llama = FakeLlama({"tokenizer.chat_template": TEXT_TEMPLATE,
-                       "tokenizer.chat_template.rag": "RAG {{ messages[1].content }}",
+                       "tokenizer.chat_template.rag": "RAG {{ messages[0].content }}|{{ messages[1].content }}",
                        "tokenizer.chat_template.tool_use": "TOOLS"})
     named = GenericMTMDChatHandler(mmproj_path=mmproj, verbose=False, chat_template_name="rag")
-    assert render(named, conversation(image), llama) == "RAG <IMG>What is this?"
+    assert render(named, conversation(image), llama) == "RAG Be brief.|<IMG>What is this?"
     default = GenericMTMDChatHandler(mmproj_path=mmproj, verbose=False, chat_template_name="default")
     assert render(default, conversation(image), llama) == "<<system>>Be brief.<<user>><IMG>What is this?"
     unknown = GenericMTMDChatHandler(mmproj_path=mmproj, verbose=False, chat_template_name="vision")
