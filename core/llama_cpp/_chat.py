@@ -22,6 +22,7 @@ from .chat_messages import normalize_messages
 from .engine.normalize import check_tools, text_prompt_tokens
 from .engine.policy import tagged
 from .preserved_tokens import control_tokens_of, preserving
+from .reasoning import template_variables
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -142,8 +143,8 @@ class ChatAPI(LlamaBase):
             messages, tools = cache_breakpoints.unmarked(messages, tools)
         sampling = sampling_arguments(ChatAPI.create_chat_completion, locals())
         handler, extra_request = self._resolve_chat_handler()
-        template_kwargs = _chat_reasoning.template_variables(
-            {**self.chat_template_kwargs, **(chat_template_kwargs or {})}, reasoning_effort)
+        template_kwargs = template_variables({**self.chat_template_kwargs, **(chat_template_kwargs or {})},
+                                             reasoning_effort)
         request = dict(
             functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice, stream=stream,
             stop=stop, seed=seed, response_format=response_format, max_tokens=max_tokens, model=model,
@@ -229,7 +230,7 @@ class ChatAPI(LlamaBase):
         if not isinstance(handler, ChatPromptRenderer):
             raise NotImplementedError(f"the chat handler {getattr(handler, '__name__', type(handler).__name__)!r} "
                                       "renders only while it generates (it has no render_chat_prompt)")
-        template_kwargs = {**self.chat_template_kwargs, **(chat_template_kwargs or {})}
+        template_kwargs = template_variables({**self.chat_template_kwargs, **(chat_template_kwargs or {})})
         return handler.render_chat_prompt(
             llama=self, messages=messages, functions=functions, function_call=function_call, tools=tools,
             tool_choice=tool_choice, assistant_prefill=assistant_prefill,

@@ -17,23 +17,6 @@ from .reasoning import check_reasoning_format, markers_for, model_family
 from .reasoning_grammar import with_reasoning_prefix
 from .reasoning_split import Markers, ReasoningSplitter, split_reasoning
 
-def template_variables(kwargs: dict[str, Any], reasoning_effort: str | None) -> dict[str, Any]:
-    """The template's variables with OpenAI's ``reasoning_effort`` among them, as llama-server hands it
-    over: ``"none"`` turns thinking off (``enable_thinking`` false), any other level is the template's
-    ``reasoning_effort`` (gpt-oss's templates read it)."""
-    if reasoning_effort is None:
-        return kwargs
-    if not isinstance(reasoning_effort, str):
-        raise ValueError(f"reasoning_effort must be a string, got {reasoning_effort!r}")
-    out = dict(kwargs)
-    if reasoning_effort == "none":
-        out["enable_thinking"] = False
-        out.pop("reasoning_effort", None)
-    elif reasoning_effort:
-        out["reasoning_effort"] = reasoning_effort
-    return out
-
-
 def plan(llama: Any, reasoning_format: str | None, render: Callable[[], str | None],
          budget: bool) -> tuple[str, Markers | None]:
     """(the request's reasoning format, the markers of its reply), None without a family: ``render()``
@@ -142,5 +125,4 @@ def split_chunks(chunks: Iterator[dict[str, Any]], markers: Markers) -> Iterator
             yield _with_delta(chunk, rest)
 
 
-__all__ = ["budget_markers", "plan", "response_format_with_reasoning", "split_chunks", "split_completion",
-           "template_variables"]
+__all__ = ["budget_markers", "plan", "response_format_with_reasoning", "split_chunks", "split_completion"]

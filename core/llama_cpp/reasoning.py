@@ -30,6 +30,33 @@ if TYPE_CHECKING:
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 
 
+def template_variables(kwargs: dict[str, Any], reasoning_effort: str | None = None) -> dict[str, Any]:
+    """The template's variables as llama-server hands them over, with OpenAI's ``reasoning_effort``
+    among them: ``"none"`` turns thinking off (``enable_thinking`` false), any other level is the
+    template's ``reasoning_effort`` and ``reasoning_strength`` (gpt-oss's templates read the one, others
+    the other).  llama.cpp's ``preserve_reasoning`` switch (true by default in llama-server) becomes
+    the names templates read it by: ``preserve_thinking``, and ``clear_thinking``,
+    ``truncate_history_thinking``, ``drop_thinking`` (GLM 4.7, Nemotron 3, LFM2.5 keep or drop the
+    thinking of earlier turns by them).  A name the caller set itself is kept."""
+    if reasoning_effort is not None and not isinstance(reasoning_effort, str):
+        raise ValueError(f"reasoning_effort must be a string, got {reasoning_effort!r}")
+    out = dict(kwargs)
+    if reasoning_effort == "none":
+        out["enable_thinking"] = False
+        out.pop("reasoning_effort", None)
+    elif reasoning_effort:
+        out["reasoning_effort"] = reasoning_effort
+    effort = out.get("reasoning_effort")
+    if isinstance(effort, str) and effort:
+        out.setdefault("reasoning_strength", effort)
+    preserve = out.get("preserve_reasoning")
+    if isinstance(preserve, bool):
+        out.setdefault("preserve_thinking", preserve)
+        for name in ("clear_thinking", "truncate_history_thinking", "drop_thinking"):
+            out.setdefault(name, not preserve)
+    return out
+
+
 def check_reasoning_format(value: object, name: str = "reasoning_format") -> str:
     """``value`` if it is one of llama-server's reasoning formats; a ValueError naming them otherwise."""
     if not isinstance(value, str) or value not in REASONING_FORMATS:
@@ -139,4 +166,4 @@ def markers_for(family: ReasoningFamily, template: str, prompt: str | None) -> M
 
 
 __all__ = ["REASONING_FORMATS", "Markers", "TemplateFacts", "check_reasoning_format", "detect_family", "families",
-           "markers_for", "model_family", "opens_in_prompt", "space_after", "template_facts"]
+           "markers_for", "model_family", "opens_in_prompt", "space_after", "template_facts", "template_variables"]

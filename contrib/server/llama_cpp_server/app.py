@@ -400,10 +400,13 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         return await native_completion(body.model_copy(update={"prompt": tokens}), request)
 
     async def rendering(body: ChatRequest, render: Callable[[Any, ChatRequest], Any]) -> Any:
-        """A render-only chat route: the body's prompt made by the model's chat handler, on a worker thread."""
+        """A render-only chat route: the body's prompt made by the model's chat handler, on a worker thread,
+        with the server's defaults as the chat route has them (its template variables among them)."""
+        chat = with_server_defaults(body, server)
+        assert isinstance(chat, ChatRequest)
         lease = await pool.admit(body.model)
         try:
-            return await run_in_threadpool(render, lease.llama, body)
+            return await run_in_threadpool(render, lease.llama, chat)
         finally:
             lease.release()
 

@@ -169,6 +169,8 @@ _SWITCHES: dict[str, list[str]] = {
     "--slots": ["--slots_endpoint", "true"], "--no-slots": ["--slots_endpoint", "false"],
     "--props": ["--props_endpoint", "true"],
     "--lora-init-without-apply": ["--lora_init_without_apply", "true"],
+    "--reasoning-preserve": ["--reasoning_preserve", "true"],
+    "--no-reasoning-preserve": ["--reasoning_preserve", "false"],
     "--jinja": [], "--metrics": [], "-cb": [],
     "--cont-batching": [], "--cache-prompt": [], "--no-cache-prompt": [],
     "--ui": ["--chat_page", "true"], "--webui": ["--chat_page", "true"],

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from llama_cpp.engine.normalize import choice_seed
 from llama_cpp.llama_grammar import LlamaGrammar
+from llama_cpp.reasoning import template_variables
 
 from .errors import APIError
 from .schemas import ChatRequest, CompletionRequest, SamplerFields
@@ -32,6 +33,9 @@ def with_server_defaults(body: CompletionRequest | ChatRequest,
     if isinstance(body, ChatRequest):
         wanted["reasoning_format"] = server.reasoning_format
     unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
+    if isinstance(body, ChatRequest) and "preserve_reasoning" not in (body.chat_template_kwargs or {}):
+        unset["chat_template_kwargs"] = {"preserve_reasoning": server.reasoning_preserve,
+                                         **(body.chat_template_kwargs or {})}
     return body.model_copy(update=unset) if unset else body
 
 
@@ -79,15 +83,10 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: 
 
 def template_kwargs(body: ChatRequest) -> dict[str, Any]:
     """The template variables of a chat body, as llama-server hands them over: ``enable_thinking`` true
-    unless ``chat_template_kwargs`` or ``reasoning_effort: "none"`` turn it off, the other
-    ``reasoning_effort`` levels as the variable of that name, then the body's ``chat_template_kwargs``."""
-    kwargs: dict[str, Any] = {"enable_thinking": True, **(body.chat_template_kwargs or {})}
-    if body.reasoning_effort == "none":
-        kwargs["enable_thinking"] = False
-        kwargs.pop("reasoning_effort", None)
-    elif body.reasoning_effort:
-        kwargs["reasoning_effort"] = body.reasoning_effort
-    return kwargs
+    unless ``chat_template_kwargs`` or ``reasoning_effort: "none"`` turn it off, the body's
+    ``chat_template_kwargs`` (the server's ``preserve_reasoning`` among them, :func:`with_server_defaults`)
+    and what llama.cpp derives from them (:func:`llama_cpp.reasoning.template_variables`)."""
+    return template_variables({"enable_thinking": True, **(body.chat_template_kwargs or {})}, body.reasoning_effort)
 
 
 def chat_prompt_arguments(body: ChatRequest) -> dict[str, Any]:

@@ -383,6 +383,10 @@ class ServerSettings(BaseModel):
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] = Field(
         "auto", description="the reasoning_format of chat requests that set none (llama-server's "
                             "--reasoning-format): the thinking of a reasoning model in reasoning_content")
+    reasoning_preserve: bool = Field(True, description="llama-server's --reasoning-preserve: chat templates "
+                                     "keep the thinking of earlier assistant turns (preserve_reasoning, and the "
+                                     "clear_thinking... names templates read it by); a request's "
+                                     "chat_template_kwargs may set preserve_reasoning itself")
     interrupt_requests: bool = Field(True, description="the reference's switch to cut a running stream short "
                                                        "when another request comes; accepted, no effect: "
                                                        "requests run side by side, none waits for another")

@@ -1,13 +1,15 @@
 """Every real chat template of the pinned llama.cpp source (``models/templates/``, 70 model families), given to
 both servers with ``--chat-template-file``: ``/apply-template`` renders the same prompt as llama-server's for a
-plain turn, a conversation with a system message, a request with tools and a two-call tool loop, or both
-refuse it.
+plain turn, a conversation with a system message, a request with tools, a two-call tool loop, text parts, an
+earlier assistant turn with its thinking (``reasoning_content``) and a ``developer`` message, or both refuse it.
 
 This found what the sandbox and the formatter did differently from llama.cpp: the BOS a template writes
 first (llama.cpp takes it off when the tokenizer adds one), ``|safe`` (Jinja's ``Markup`` HTML-escaped what
 functionary v3.1 adds to it), Apriel's tool-call arguments (a repr of the tool's parameters misled the probe
 for object arguments), Gemma 2's system message (merged into the next message, as llama.cpp does for a
-template that renders none) and Kimi K2's queue of tool call ids (a list the template changes).
+template that renders none), Kimi K2's queue of tool call ids (a list the template changes) and the
+thinking of earlier turns, which llama-server keeps by default (``--reasoning-preserve``: the template
+variables ``preserve_thinking``, ``clear_thinking``... that GLM 4.7, Nemotron 3 and DeepSeek V4 read).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ BODIES: dict[str, dict[str, Any]] = {
         {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees"},
         {"role": "tool", "tool_call_id": "call_2", "content": "21 degrees"},
         {"role": "user", "content": "Thanks"}], "tools": TOOLS},
+    "text parts": {"messages": [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                                {"role": "user", "content": [{"type": "text", "text": "Part one."},
+                                                             {"type": "text", "text": "Part two."}]}]},
+    "earlier thinking": {"messages": [{"role": "user", "content": "Hi"},
+                                      {"role": "assistant", "content": "Hello!", "reasoning_content": "A greeting."},
+                                      {"role": "user", "content": "Bye"}]},
+    "developer": {"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}]},
 }
 # where llama-server departs from rendering the template as it stands, for one model family's sake
 LLAMA_SERVER_SPECIFIC = {
@@ -46,11 +55,15 @@ LLAMA_SERVER_SPECIFIC = {
     # enable_thinking false for it ("Deliberation: disabled"); the server here sets it true for every template
     ("Apertus-8B-Instruct", body): "enable_thinking false" for body in BODIES
 } | {
-    # llama.cpp's DeepSeek V3.2/V4 handler renders an earlier assistant turn with an empty thinking block
-    ("deepseek-ai-DeepSeek-V4", "system"): "an empty <think></think> in history",
-    ("deepseek-ai-DeepSeek-V4-Flash-0731", "system"): "an empty <think></think> in history",
     # llama.cpp rewrites tool results into the assistant turn for Gemma 4 templates older than the official one
     ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",
+    # llama.cpp's LFM2 and Ministral 3 handlers hand these templates the thinking in fields of their own
+    # (``thinking``, a ``thinking`` content block) and the text parts joined by newlines
+    ("LFM2.5-8B-A1B", "text parts"): "text parts joined by newlines",
+    ("LFM2.5-8B-A1B", "earlier thinking"): "reasoning_content as message.thinking",
+    ("mistralai-Ministral-3-14B-Reasoning-2512", "text parts"): "text parts joined by newlines",
+    ("mistralai-Ministral-3-14B-Reasoning-2512", "earlier thinking"): "reasoning_content as a thinking block",
+    ("unsloth-mistral-Devstral-Small-2507", "earlier thinking"): "reasoning_content as a thinking block",
 }
 
 
@@ -69,3 +82,23 @@ def test_a_real_template_renders_as_llama_server_renders_it(chat_model_path: Pat
                 differences.append(name)
     expected = sorted(body for (stem, body) in LLAMA_SERVER_SPECIFIC if stem == path.stem)
     assert sorted(differences) == expected, f"{path.stem}: {differences}"
+
+
+@pytest.mark.parametrize("flag", ["--reasoning-preserve", "--no-reasoning-preserve"])
+def test_the_thinking_of_earlier_turns_is_kept_or_dropped_as_llama_server_does(chat_model_path: Path,
+                                                                                flag: str) -> None:
+    path = llama_cpp_source_dir() / "models" / "templates" / "GLM-4.7-Flash.jinja"
+    flags = ["--chat-template-file", str(path), flag]
+    settings = load_settings(["-m", str(chat_model_path), "-c", "2048", "-np", "1", "-t", "1", "-tb", "1", *flags])
+    assert settings.reasoning_preserve is (flag == "--reasoning-preserve")
+    body = BODIES["earlier thinking"]
+    with running(settings) as ours, llama_server(chat_model_path, "-c", "2048", "-np", "1", *flags) as theirs:
+        prompts = [httpx.post(f"{base}/apply-template", json=body, timeout=60).json()["prompt"]
+                   for base in (ours, theirs)]
+        asked = {**body, "chat_template_kwargs": {"preserve_reasoning": flag != "--reasoning-preserve"}}
+        overridden = [httpx.post(f"{base}/apply-template", json=asked, timeout=60).json()["prompt"]
+                      for base in (ours, theirs)]
+    assert prompts[0] == prompts[1] and overridden[0] == overridden[1]  # a request's own switch wins
+    kept = [prompts[0], overridden[0]][flag != "--reasoning-preserve"]
+    assert "<think>A greeting.</think>Hello!" in kept
+    assert "A greeting." not in [prompts[0], overridden[0]][flag == "--reasoning-preserve"]
