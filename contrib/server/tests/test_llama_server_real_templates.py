@@ -9,7 +9,8 @@ functionary v3.1 adds to it), Apriel's tool-call arguments (a repr of the tool's
 for object arguments), Gemma 2's system message (merged into the next message, as llama.cpp does for a
 template that renders none), Kimi K2's queue of tool call ids (a list the template changes) and the
 thinking of earlier turns, which llama-server keeps by default (``--reasoning-preserve``: the template
-variables ``preserve_thinking``, ``clear_thinking``... that GLM 4.7, Nemotron 3 and DeepSeek V4 read).
+variables ``preserve_thinking``, ``clear_thinking``... that GLM 4.7, Nemotron 3 and DeepSeek V4 read), and
+under the names LFM2, gpt-oss and Ministral 3 read it by.
 """
 
 from __future__ import annotations
@@ -57,13 +58,9 @@ LLAMA_SERVER_SPECIFIC = {
 } | {
     # llama.cpp rewrites tool results into the assistant turn for Gemma 4 templates older than the official one
     ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",
-    # llama.cpp's LFM2 and Ministral 3 handlers hand these templates the thinking in fields of their own
-    # (``thinking``, a ``thinking`` content block) and the text parts joined by newlines
+    # llama.cpp hands these templates a user's text parts joined by newlines, where the template would join them
     ("LFM2.5-8B-A1B", "text parts"): "text parts joined by newlines",
-    ("LFM2.5-8B-A1B", "earlier thinking"): "reasoning_content as message.thinking",
     ("mistralai-Ministral-3-14B-Reasoning-2512", "text parts"): "text parts joined by newlines",
-    ("mistralai-Ministral-3-14B-Reasoning-2512", "earlier thinking"): "reasoning_content as a thinking block",
-    ("unsloth-mistral-Devstral-Small-2507", "earlier thinking"): "reasoning_content as a thinking block",
 }
 
 

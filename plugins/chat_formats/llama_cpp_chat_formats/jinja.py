@@ -37,6 +37,7 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from llama_cpp.chat_messages import content_text
 from llama_cpp.llama_chat_format import ChatFormatterResponse
 
+from . import family_messages
 from .handler import formatter_handler
 
 
@@ -376,12 +377,13 @@ class Jinja2ChatFormatter:
         strings (:meth:`takes_content_parts`), tool-call arguments as objects where it takes objects
         (:meth:`takes_object_arguments`; arguments that are not a JSON object are a ValueError naming the
         call), a leading system message merged into the next message where it renders none
-        (:meth:`takes_system_role`).  Unchanged where none applies."""
+        (:meth:`takes_system_role`), then as llama.cpp's handler of the template's family hands them over
+        (:mod:`.family_messages`).  Unchanged where none applies."""
         flatten = any(isinstance(m.get("content"), list) for m in messages) and not self.takes_content_parts()
         objects = any(m.get("tool_calls") for m in messages) and self.takes_object_arguments()
         merge = bool(messages) and messages[0].get("role") == "system" and not self.takes_system_role()
         if not (flatten or objects or merge):
-            return messages
+            return family_messages.adapted(self.template, messages)
         out = []
         for i, message in enumerate(messages):
             if flatten and isinstance(message.get("content"), list):
@@ -390,7 +392,7 @@ class Jinja2ChatFormatter:
                 message = {**message, "tool_calls": [_with_object_arguments(call, f"messages[{i}].tool_calls[{k}]")
                                                      for k, call in enumerate(message["tool_calls"])]}
             out.append(message)
-        return _system_merged(out) if merge else out
+        return family_messages.adapted(self.template, _system_merged(out) if merge else out)
 
     def __call__(self, *, messages: list[dict[str, Any]], functions: Any = None, function_call: Any = None,
                  tools: Any = None, tool_choice: Any = None, add_generation_prompt: bool | None = None,
