@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llama_cpp_chat_formats import jinja
+from llama_cpp_chat_formats import template_sandbox
 from llama_cpp_chat_formats.jinja import Jinja2ChatFormatter, TemplateError
 
 MESSAGES = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -30,7 +30,7 @@ def render(template: str, **variables: object) -> str:
 ], ids=["nested loops", "macro fan-out", "endless recursion", "string repetition", "list repetition",
         "integer power", "float power"])
 def test_a_template_without_bounds_is_refused(template: str, reason: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jinja, "MAX_STEPS", 200_000)  # the same rule, reached sooner
+    monkeypatch.setattr(template_sandbox, "MAX_STEPS", 200_000)  # the same rule, reached sooner
     started = time.perf_counter()
     with pytest.raises(TemplateError, match=reason):
         render(template)
@@ -38,7 +38,7 @@ def test_a_template_without_bounds_is_refused(template: str, reason: str, monkey
 
 
 def test_the_budget_is_per_rendering_and_counts_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jinja, "MAX_STEPS", 1000)
+    monkeypatch.setattr(template_sandbox, "MAX_STEPS", 1000)
     within = "{% for i in range(998) %}{% endfor %}done"  # 998 steps, and calling range and the loop: 1000
     assert render(within) == "done"
     assert render(within) == "done"  # a fresh budget each time
