@@ -169,6 +169,8 @@ _SWITCHES: dict[str, list[str]] = {
     "--slots": ["--slots_endpoint", "true"], "--no-slots": ["--slots_endpoint", "false"],
     "--props": ["--props_endpoint", "true"],
     "--lora-init-without-apply": ["--lora_init_without_apply", "true"],
+    "--prefill-assistant": ["--prefill_assistant", "true"],
+    "--no-prefill-assistant": ["--prefill_assistant", "false"],
     "--reasoning-preserve": ["--reasoning_preserve", "true"],
     "--no-reasoning-preserve": ["--reasoning_preserve", "false"],
     "--jinja": [], "--metrics": [], "-cb": [],

@@ -33,10 +33,28 @@ def with_server_defaults(body: CompletionRequest | ChatRequest,
     if isinstance(body, ChatRequest):
         wanted["reasoning_format"] = server.reasoning_format
     unset = {name: value for name, value in wanted.items() if value is not None and name not in given}
-    if isinstance(body, ChatRequest) and "preserve_reasoning" not in (body.chat_template_kwargs or {}):
-        unset["chat_template_kwargs"] = {"preserve_reasoning": server.reasoning_preserve,
-                                         **(body.chat_template_kwargs or {})}
+    if isinstance(body, ChatRequest):
+        if "preserve_reasoning" not in (body.chat_template_kwargs or {}):
+            unset["chat_template_kwargs"] = {"preserve_reasoning": server.reasoning_preserve,
+                                             **(body.chat_template_kwargs or {})}
+        if body.assistant_prefill is None:
+            unset["assistant_prefill"] = server.prefill_assistant and _ends_with_assistant(body.messages)
+        if unset.get("assistant_prefill"):
+            _check_continued(body.messages)
     return body.model_copy(update=unset) if unset else body
+
+
+def _ends_with_assistant(messages: list[dict[str, Any]]) -> bool:
+    return bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
+
+
+def _check_continued(messages: list[dict[str, Any]]) -> None:
+    """What llama-server refuses to continue: a message that calls tools, or one of several assistant
+    messages in a row at the end."""
+    if messages[-1].get("tool_calls"):
+        raise APIError(400, "Cannot continue an assistant message that contains tool calls.", param="messages")
+    if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
+        raise APIError(400, "Cannot have 2 or more assistant messages at the end of the list.", param="messages")
 
 
 def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:
@@ -94,7 +112,7 @@ def chat_prompt_arguments(body: ChatRequest) -> dict[str, Any]:
     route renders and what ``/apply-template`` shows are made of the same ones."""
     return dict(messages=body.messages, functions=body.functions, function_call=body.function_call,
                 tools=body.tools, tool_choice=body.tool_choice, chat_template_kwargs=template_kwargs(body),
-                add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill)
+                add_generation_prompt=body.add_generation_prompt, assistant_prefill=bool(body.assistant_prefill))
 
 
 def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list[dict[str, Any]]:

@@ -118,7 +118,9 @@ class ChatRequest(_Generation):
     max_completion_tokens: int | None = Field(None, ge=0)
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
-    assistant_prefill: bool = False
+    assistant_prefill: bool | None = Field(
+        None, description="continue a trailing assistant message instead of answering it; unset: the server's "
+                          "prefill_assistant (true by default, as llama-server continues it)")
     reasoning_effort: str | None = Field(None, description="given to the template (gpt-oss reads it); 'none': "
                                                            "enable_thinking false, as llama-server")
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = Field(

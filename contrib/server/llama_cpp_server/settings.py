@@ -383,6 +383,10 @@ class ServerSettings(BaseModel):
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] = Field(
         "auto", description="the reasoning_format of chat requests that set none (llama-server's "
                             "--reasoning-format): the thinking of a reasoning model in reasoning_content")
+    prefill_assistant: bool = Field(True, description="llama-server's --prefill-assistant: a chat request whose "
+                                    "last message is the assistant's continues that message (its text ends the "
+                                    "prompt) instead of answering it; a request's assistant_prefill decides "
+                                    "for itself")
     reasoning_preserve: bool = Field(True, description="llama-server's --reasoning-preserve: chat templates "
                                      "keep the thinking of earlier assistant turns (preserve_reasoning, and the "
                                      "clear_thinking... names templates read it by); a request's "

@@ -76,3 +76,41 @@ def test_a_bad_body_is_refused_naming_the_field(serve: Any) -> None:
         assert_error(httpx.post(f"{base}/chat/completions/input_tokens", json={"messages": [
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}),
             400, param="messages")
+
+
+PREFILLED = [{"role": "user", "content": "Write a greeting."}, {"role": "assistant", "content": "Hello, dear"}]
+
+
+def test_a_trailing_assistant_message_is_continued_as_llama_server_does(both: tuple[str, str]) -> None:
+    """llama-server continues a trailing assistant message (its ``--prefill-assistant`` default): the prompt
+    ends with its text, no end of turn, no new assistant turn; so does the server here unless a request's
+    ``assistant_prefill`` says otherwise."""
+    ours, theirs = (post(base, "/apply-template", {"messages": PREFILLED}) for base in both)
+    assert ours == theirs and ours["prompt"].endswith("Hello, dear")
+    counts = [post(base, "/chat/completions/input_tokens", {"messages": PREFILLED})["input_tokens"] for base in both]
+    assert counts[0] == counts[1]
+    answered = post(both[0], "/apply-template", {"messages": PREFILLED, "assistant_prefill": False})["prompt"]
+    assert not answered.endswith("Hello, dear")
+
+
+@pytest.mark.parametrize("messages", [
+    [*PREFILLED[:1], {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+    [*PREFILLED, {"role": "assistant", "content": "friend"}],
+], ids=["tool calls", "two assistant messages"])
+def test_what_llama_server_will_not_continue_is_refused_alike(both: tuple[str, str],
+                                                              messages: list[dict[str, Any]]) -> None:
+    replies = [httpx.post(base + "/apply-template", json={"messages": messages}, timeout=60) for base in both]
+    assert [r.status_code for r in replies] == [400, 400]
+    assert replies[1].json()["error"]["message"] in replies[0].json()["error"]["message"]
+
+
+def test_with_no_prefill_assistant_it_is_answered_as_llama_server_answers_it(chat_model_path: Path) -> None:
+    from llama_cpp_server import load_settings
+
+    settings = load_settings(["-m", str(chat_model_path), "-c", "1024", "-np", "1", "--no-prefill-assistant"])
+    assert settings.prefill_assistant is False
+    with running(settings) as ours, llama_server(chat_model_path, "-c", "1024", "-np", "1",
+                                                 "--no-prefill-assistant") as theirs:
+        prompts = [post(base, "/apply-template", {"messages": PREFILLED})["prompt"] for base in (ours, theirs)]
+    assert prompts[0] == prompts[1] and not prompts[0].endswith("Hello, dear")
