@@ -58,9 +58,8 @@ LLAMA_SERVER_SPECIFIC = {
 } | {
     # llama.cpp rewrites tool results into the assistant turn for Gemma 4 templates older than the official one
     ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",
-    # llama.cpp hands these templates a user's text parts joined by newlines, where the template would join them
+    # llama.cpp hands this template a user's text parts joined by newlines, where the template would join them
     ("LFM2.5-8B-A1B", "text parts"): "text parts joined by newlines",
-    ("mistralai-Ministral-3-14B-Reasoning-2512", "text parts"): "text parts joined by newlines",
 }
 
 

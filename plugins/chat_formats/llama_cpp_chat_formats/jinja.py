@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, Iterator
 
 import jinja2
 from llama_cpp.chat_messages import content_text
@@ -39,6 +39,20 @@ def _with_object_arguments(call: dict[str, Any], where: str) -> dict[str, Any]:
         raise TemplateError(f"{where}.function.arguments must be a JSON object for this chat template, which "
                             f"renders the arguments as an object; got {arguments!r:.80}")
     return {**call, "function": {**fn, "arguments": parsed}}
+
+
+class _AccessedList(list[Any]):
+    """An empty list of content parts that remembers whether a template went through it or indexed it."""
+
+    accessed = False
+
+    def __iter__(self) -> Iterator[Any]:
+        self.accessed = True
+        return super().__iter__()
+
+    def __getitem__(self, index: Any) -> Any:
+        self.accessed = True
+        return super().__getitem__(index)
 
 
 def _system_merged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,12 +126,17 @@ class Jinja2ChatFormatter:
     def takes_content_parts(self) -> bool:
         """Whether the template renders a list of text parts itself (Gemma 4's and Granite 4's iterate them);
         one that does not (SmolLM2's adds the content to a string) gets the parts' text as one string.
-        llama.cpp asks each template the same (``supports_typed_content``, common/jinja/caps.cpp).  Asked
-        once, when a list first comes."""
+        llama.cpp asks each template the same (``supports_typed_content``, common/jinja/caps.cpp), and
+        counts it only if the template goes through an empty list too.  Asked once, when a list first
+        comes."""
         if self._takes_parts is None:
             out = self._probe([{"role": "user", "content": [{"type": "text", "text": _PROBE}]}])
             # a template that prints the list itself (``{{ message.content }}``) shows the part's keys
-            self._takes_parts = _PROBE in out and "'type'" not in out and '"type"' not in out
+            renders = _PROBE in out and "'type'" not in out and '"type"' not in out
+            # llama.cpp counts a template as taking parts only if it goes through an empty list of them: one
+            # that tests the content's truth first (LFM2.5's, Ministral 3's) gets the parts joined by newlines
+            empty = _AccessedList()
+            self._takes_parts = renders and self._probe([{"role": "user", "content": empty}]) != "" and empty.accessed
         return self._takes_parts
 
     def takes_object_arguments(self) -> bool:
