@@ -9,7 +9,7 @@ named templates; the format registered as ``chat_template`` renders them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import attrs
 
@@ -71,7 +71,7 @@ class ChatAPI(LlamaBase):
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
-        assistant_prefill: bool = False,
+        assistant_prefill: bool | Literal["content", "reasoning_content"] = False,
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
         *,
@@ -123,7 +123,10 @@ class ChatAPI(LlamaBase):
         ``auto``) splits a reasoning model's thinking into ``message.reasoning_content``
         (``delta.reasoning_content`` streamed), with the markers of the family a plugin recognises in the
         model (docs/chat.md); ``reasoning_effort`` reaches the template (``"none"``: ``enable_thinking``
-        false).
+        false).  ``assistant_prefill`` continues a trailing assistant message instead of answering it: True
+        its content (its thinking, where it has thinking and no content), ``"content"`` or
+        ``"reasoning_content"`` that one; where the template has thinking markers, the message's thinking is
+        written inside them, closed before continued content (as llama-server's ``continue_final_message``).
 
         Every keyword reaches the handler, including the sampler parameters,
         ``active_loras``/``control_vector`` and ``chat_template_kwargs`` (extra
@@ -213,7 +216,7 @@ class ChatAPI(LlamaBase):
         function_call: str | dict[str, Any] | None = None,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
-        assistant_prefill: bool = False,
+        assistant_prefill: bool | Literal["content", "reasoning_content"] = False,
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> ChatFormatterResponse:

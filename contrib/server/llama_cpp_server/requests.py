@@ -37,24 +37,42 @@ def with_server_defaults(body: CompletionRequest | ChatRequest,
         if "preserve_reasoning" not in (body.chat_template_kwargs or {}):
             unset["chat_template_kwargs"] = {"preserve_reasoning": server.reasoning_preserve,
                                              **(body.chat_template_kwargs or {})}
-        if body.assistant_prefill is None:
-            unset["assistant_prefill"] = server.prefill_assistant and _ends_with_assistant(body.messages)
-        if unset.get("assistant_prefill"):
-            _check_continued(body.messages)
+        unset.update(_continuation(body, server))
     return body.model_copy(update=unset) if unset else body
 
 
-def _ends_with_assistant(messages: list[dict[str, Any]]) -> bool:
-    return bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
+def _continuation(body: ChatRequest, server: ServerSettings) -> dict[str, Any]:
+    """``assistant_prefill`` as llama-server decides it: the body's ``continue_final_message`` (which needs
+    ``add_generation_prompt`` false), else the body's ``assistant_prefill``, else the server's
+    ``prefill_assistant`` for a conversation that ends with the assistant's message, which must not be one
+    of two assistant messages at the end.  No message with tool calls is continued."""
+    messages = body.messages
+    if body.continue_final_message not in (None, False):
+        if body.add_generation_prompt:
+            raise APIError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
+                           param="continue_final_message")
+        if messages[-1].get("role") != "assistant":
+            raise APIError(400, "continue_final_message: the last message must be the assistant's (role "
+                           f"'assistant'), got role {messages[-1].get('role')!r}", param="continue_final_message")
+        _check_continued(messages)
+        return {"assistant_prefill": body.continue_final_message}
+    if body.assistant_prefill is not None:
+        if body.assistant_prefill and messages[-1].get("role") == "assistant":
+            _check_continued(messages)
+        return {}
+    prefill = server.prefill_assistant and messages[-1].get("role") == "assistant"
+    if prefill:
+        if len(messages) >= 2 and messages[-2].get("role") == "assistant":
+            raise APIError(400, "Cannot have 2 or more assistant messages at the end of the list.",
+                           param="messages")
+        _check_continued(messages)
+    return {"assistant_prefill": prefill}
 
 
 def _check_continued(messages: list[dict[str, Any]]) -> None:
-    """What llama-server refuses to continue: a message that calls tools, or one of several assistant
-    messages in a row at the end."""
+    """What llama-server refuses to continue: a message that calls tools."""
     if messages[-1].get("tool_calls"):
         raise APIError(400, "Cannot continue an assistant message that contains tool calls.", param="messages")
-    if len(messages) >= 2 and isinstance(messages[-2], dict) and messages[-2].get("role") == "assistant":
-        raise APIError(400, "Cannot have 2 or more assistant messages at the end of the list.", param="messages")
 
 
 def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:
@@ -112,7 +130,7 @@ def chat_prompt_arguments(body: ChatRequest) -> dict[str, Any]:
     route renders and what ``/apply-template`` shows are made of the same ones."""
     return dict(messages=body.messages, functions=body.functions, function_call=body.function_call,
                 tools=body.tools, tool_choice=body.tool_choice, chat_template_kwargs=template_kwargs(body),
-                add_generation_prompt=body.add_generation_prompt, assistant_prefill=bool(body.assistant_prefill))
+                add_generation_prompt=body.add_generation_prompt, assistant_prefill=body.assistant_prefill or False)
 
 
 def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list[dict[str, Any]]:

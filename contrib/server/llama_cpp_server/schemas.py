@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 from llama_cpp.engine.policy import MAX_TENANT_LENGTH
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Prompt = Union[str, list[str], list[int], list[list[int]]]
 
@@ -118,9 +118,22 @@ class ChatRequest(_Generation):
     max_completion_tokens: int | None = Field(None, ge=0)
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
-    assistant_prefill: bool | None = Field(
-        None, description="continue a trailing assistant message instead of answering it; unset: the server's "
-                          "prefill_assistant (true by default, as llama-server continues it)")
+    assistant_prefill: Union[bool, Literal["content", "reasoning_content"], None] = Field(
+        None, description="continue a trailing assistant message instead of answering it (true: its content, or "
+                          "its thinking where it has thinking and no content; 'content' or 'reasoning_content': "
+                          "that one); unset: the server's prefill_assistant (true by default, as llama-server "
+                          "continues it)")
+    continue_final_message: Union[bool, Literal["content", "reasoning_content"], None] = Field(
+        None, description="llama-server's and vLLM's name for assistant_prefill (with add_generation_prompt "
+                          "false): continue the last message, true as the message asks, or 'content' or "
+                          "'reasoning_content'; false: as unset")
+    @field_validator("assistant_prefill", "continue_final_message", mode="before")
+    @classmethod
+    def _continuation(cls, value: object) -> object:
+        if value is None or isinstance(value, bool) or value in ("content", "reasoning_content"):
+            return value
+        raise ValueError(f"must be true, false, 'content' or 'reasoning_content', got {value!r}")
+
     reasoning_effort: str | None = Field(None, description="given to the template (gpt-oss reads it); 'none': "
                                                            "enable_thinking false, as llama-server")
     reasoning_format: Literal["none", "deepseek", "deepseek-legacy", "auto"] | None = Field(

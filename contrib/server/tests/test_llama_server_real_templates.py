@@ -1,7 +1,8 @@
 """Every real chat template of the pinned llama.cpp source (``models/templates/``, 70 model families), given to
 both servers with ``--chat-template-file``: ``/apply-template`` renders the same prompt as llama-server's for a
 plain turn, a conversation with a system message, a request with tools, a two-call tool loop, text parts, an
-earlier assistant turn with its thinking (``reasoning_content``) and a ``developer`` message, or both refuse it.
+earlier assistant turn with its thinking (``reasoning_content``), a ``developer`` message, and a trailing
+assistant message continued (its content, its thinking, or both), or both refuse it.
 
 This found what the sandbox and the formatter did differently from llama.cpp: the BOS a template writes
 first (llama.cpp takes it off when the tokenizer adds one), ``|safe`` (Jinja's ``Markup`` HTML-escaped what
@@ -10,7 +11,9 @@ for object arguments), Gemma 2's system message (merged into the next message, a
 template that renders none), Kimi K2's queue of tool call ids (a list the template changes) and the
 thinking of earlier turns, which llama-server keeps by default (``--reasoning-preserve``: the template
 variables ``preserve_thinking``, ``clear_thinking``... that GLM 4.7, Nemotron 3 and DeepSeek V4 read), and
-under the names LFM2, gpt-oss and Ministral 3 read it by.
+under the names LFM2, gpt-oss and Ministral 3 read it by; and how a thinking model's message is continued
+(inside the thinking markers llama.cpp's parser generator finds in the template, or as the parser of the
+template's family writes the turn).
 """
 
 from __future__ import annotations
@@ -50,11 +53,31 @@ BODIES: dict[str, dict[str, Any]] = {
                                       {"role": "user", "content": "Bye"}]},
     "developer": {"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}]},
 }
+# a trailing assistant message continued: by llama-server's --prefill-assistant default, or asked for with
+# continue_final_message (its content, its thinking, or what the message has)
+HI = {"role": "user", "content": "Hi"}
+CONTINUED: dict[str, dict[str, Any]] = {
+    "prefill": {"messages": [HI, {"role": "assistant", "content": "Sure, here"}]},
+    "prefill thinking": {"messages": [HI, {"role": "assistant", "content": "", "reasoning_content": "Let me see"}]},
+    "prefill both": {"messages": [HI, {"role": "assistant", "content": "Answer:", "reasoning_content": "Thought."}]},
+    "continue content": {"messages": [HI, {"role": "assistant", "content": "", "reasoning_content": "Thought."}],
+                         "continue_final_message": "content", "add_generation_prompt": False},
+    "continue thinking": {"messages": [HI, {"role": "assistant", "content": "Answer:",
+                                            "reasoning_content": "Thought."}],
+                          "continue_final_message": "reasoning_content", "add_generation_prompt": False},
+    "continue": {"messages": [HI, {"role": "assistant", "content": "Answer:"}], "continue_final_message": True,
+                 "add_generation_prompt": False},
+}
+BODIES |= CONTINUED
 # where llama-server departs from rendering the template as it stands, for one model family's sake
 LLAMA_SERVER_SPECIFIC = {
     # llama.cpp's parser generator finds no thinking markers in this template, so llama-server sets
     # enable_thinking false for it ("Deliberation: disabled"); the server here sets it true for every template
     ("Apertus-8B-Instruct", body): "enable_thinking false" for body in BODIES
+} | {
+    # llama.cpp's template engine reads `not add_generation_prompt is defined` as `(not ...) is defined`, so
+    # this template always opens the assistant's turn there, also before a continued message
+    ("llama-cpp-rwkv-world", body): "generation prompt always" for body in CONTINUED
 } | {
     # llama.cpp rewrites tool results into the assistant turn for Gemma 4 templates older than the official one
     ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",

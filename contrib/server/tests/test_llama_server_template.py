@@ -105,6 +105,39 @@ def test_what_llama_server_will_not_continue_is_refused_alike(both: tuple[str, s
     assert replies[1].json()["error"]["message"] in replies[0].json()["error"]["message"]
 
 
+@pytest.mark.parametrize("value", [True, "content", "reasoning_content"])
+def test_continue_final_message_continues_as_llama_server_does(both: tuple[str, str], value: object) -> None:
+    """llama-server's (and vLLM's) ``continue_final_message``, with ``add_generation_prompt`` false: here as
+    there, even for two assistant messages at the end (what only the ``--prefill-assistant`` default
+    refuses)."""
+    for messages in (PREFILLED, [*PREFILLED, {"role": "assistant", "content": "friend"}]):
+        body = {"messages": messages, "continue_final_message": value, "add_generation_prompt": False}
+        ours, theirs = (post(base, "/apply-template", body) for base in both)
+        assert ours == theirs
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"messages": PREFILLED, "continue_final_message": True}, 400),  # add_generation_prompt defaults to true
+    ({"messages": PREFILLED[:1] + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+      "continue_final_message": True, "add_generation_prompt": False}, 400),
+], ids=["with a generation prompt", "tool calls"])
+def test_a_continuation_llama_server_refuses_is_refused_alike(both: tuple[str, str], body: dict[str, Any],
+                                                              status: int) -> None:
+    replies = [httpx.post(base + "/apply-template", json=body, timeout=60) for base in both]
+    assert [r.status_code for r in replies] == [status, status]
+    assert replies[1].json()["error"]["message"] in replies[0].json()["error"]["message"]
+
+
+def test_a_continuation_of_what_is_not_the_assistants_or_of_no_known_kind_is_refused(serve: Any) -> None:
+    with serve() as base:
+        body = {"messages": PREFILLED[:1], "continue_final_message": True, "add_generation_prompt": False}
+        assert_error(httpx.post(f"{base}/apply-template", json=body), 400, param="continue_final_message",
+                     says="the last message must be the assistant's")
+        body = {"messages": PREFILLED, "continue_final_message": "thinking", "add_generation_prompt": False}
+        assert_error(httpx.post(f"{base}/apply-template", json=body), 422, param="continue_final_message")
+
+
 def test_with_no_prefill_assistant_it_is_answered_as_llama_server_answers_it(chat_model_path: Path) -> None:
     from llama_cpp_server import load_settings
 

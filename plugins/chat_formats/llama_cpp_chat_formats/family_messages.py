@@ -4,28 +4,16 @@ renders them (its ``common/parsers``), so that the same conversation gives the s
 These templates read an earlier turn's thinking under a name of their own, not OpenAI's
 ``reasoning_content``: LFM2's and gpt-oss's as ``message.thinking``, Ministral 3's (and Devstral's) as a
 ``thinking`` content block before the text.  Each family is recognised by its template's source, as
-llama.cpp recognises it.
+llama.cpp recognises it (:mod:`.template_families`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from .template_families import Family, family_of
+
 Messages = list[dict[str, Any]]
-
-
-def _is_gpt_oss(template: str) -> bool:
-    return "<|channel|>" in template
-
-
-def _is_lfm2(template: str) -> bool:
-    return ("<|tool_list_start|>" in template and "<|tool_list_end|>" in template) or \
-        ("List of tools: [" in template and "<|tool_list_start|>" not in template)
-
-
-def _is_ministral_3(template: str) -> bool:
-    return all(marker in template for marker in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and \
-        "[CALL_ID]" not in template
 
 
 def _thinking_field(messages: Messages, *, drop_content_of_calls: bool) -> Messages:
@@ -65,16 +53,15 @@ def _thinking_blocks(messages: Messages) -> Messages:
     return out
 
 
-_FAMILIES: tuple[tuple[Callable[[str], bool], Callable[[Messages], Messages]], ...] = (
-    (_is_gpt_oss, lambda messages: _thinking_field(messages, drop_content_of_calls=True)),
-    (_is_lfm2, lambda messages: _thinking_field(messages, drop_content_of_calls=False)),
-    (_is_ministral_3, _thinking_blocks),
-)
+_ADAPTERS: dict[Family, Callable[[Messages], Messages]] = {
+    "gpt-oss": lambda messages: _thinking_field(messages, drop_content_of_calls=True),
+    "lfm2": lambda messages: _thinking_field(messages, drop_content_of_calls=False),
+    "ministral-3": _thinking_blocks,
+}
 
 
 def adapted(template: str, messages: Messages) -> Messages:
     """``messages`` as the handler of ``template``'s family hands them to it; unchanged for the others."""
-    for claims, adapt in _FAMILIES:
-        if claims(template):
-            return adapt(messages)
-    return messages
+    family = family_of(template)
+    adapt = _ADAPTERS.get(family) if family is not None else None
+    return adapt(messages) if adapt is not None else messages

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterator
 
-from llama_cpp.chat_messages import content_text, require_text
+from llama_cpp.chat_messages import require_text
 from llama_cpp.llama_chat_format import (ChatFormatterResponse, chunks_to_chat_chunks,
                                          completion_to_chat_completion)
 from llama_cpp import llama_grammar
@@ -19,6 +19,7 @@ from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
 from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
 from llama_cpp.sampling import SAMPLING_FIELDS
 
+from .continuation import ContinueMode, continue_message
 from .streaming import stream_auto_reply, stream_wrapped_call
 from .tool_calls import (SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, make_tool_call,
                          parse_tool_calls)
@@ -31,11 +32,17 @@ _COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_
                         "presence_penalty", "frequency_penalty", "repeat_penalty", "active_loras", "control_vector"}
 
 
-def split_prefill(messages: list[dict[str, Any]], assistant_prefill: bool) -> tuple[list[dict[str, Any]], str]:
-    """With ``assistant_prefill``, a trailing assistant message is continued rather than answered."""
-    if assistant_prefill and messages and messages[-1].get("role") == "assistant":
-        return messages[:-1], content_text(messages[-1].get("content"))
-    return messages, ""
+def continue_mode(assistant_prefill: object) -> ContinueMode | None:
+    """What ``assistant_prefill`` continues: nothing (False, None), the content or the thinking as the
+    message asks (True), or one of them (``"content"``, ``"reasoning_content"``: llama-server's
+    ``continue_final_message``)."""
+    if assistant_prefill is None or assistant_prefill is False:
+        return None
+    if assistant_prefill is True:
+        return "auto"
+    if assistant_prefill in ("content", "reasoning_content"):
+        return assistant_prefill
+    raise ValueError(f"assistant_prefill must be a bool, 'content' or 'reasoning_content', got {assistant_prefill!r}")
 
 
 def response_format_grammar(response_format: dict[str, Any] | None) -> Any:
@@ -122,19 +129,18 @@ def user_stops(request: dict[str, Any], *format_stops: str) -> list[str]:
 def render_chat(formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
                 request: dict[str, Any]) -> ChatFormatterResponse:
     """``messages`` rendered by ``formatter`` as :func:`complete_chat` renders them: the legacy ``functions``
-    as tools (``request`` is updated), an assistant prefill continued (its text ends the prompt)."""
+    as tools (``request`` is updated), a trailing assistant message continued with ``assistant_prefill``
+    (:mod:`.continuation`)."""
     require_text(messages)
     tools_of(request)
-    conversation, prefill = split_prefill(messages, bool(request.get("assistant_prefill")))
     template_kwargs = dict(request.get("chat_template_kwargs") or {})
-    rendered = formatter(
-        messages=conversation, functions=request.get("functions"), function_call=request.get("function_call"),
-        tools=request.get("tools"), tool_choice=request.get("tool_choice"),
-        add_generation_prompt=request.get("add_generation_prompt", True) if not prefill else True,
-        **template_kwargs,
-    )
-    rendered.prompt += prefill
-    return rendered
+    prompt_kwargs = dict(functions=request.get("functions"), function_call=request.get("function_call"),
+                         tools=request.get("tools"), tool_choice=request.get("tool_choice"), **template_kwargs)
+    mode = continue_mode(request.get("assistant_prefill"))
+    if mode is not None and messages and messages[-1].get("role") == "assistant":
+        return continue_message(formatter, messages[:-1], messages[-1], mode, **prompt_kwargs)
+    return formatter(messages=messages, add_generation_prompt=request.get("add_generation_prompt", True),
+                     **prompt_kwargs)
 
 
 def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
