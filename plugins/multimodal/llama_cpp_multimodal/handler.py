@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Callable, Iterator, Mapping
+import weakref
+from typing import Any, Iterator, Mapping
 
 import attrs
 
@@ -67,6 +68,25 @@ def _escaped(value: Any, marker: str) -> Any:
     if isinstance(value, list):
         return [_escaped(v, marker) for v in value]
     return value
+
+
+@attrs.frozen(eq=False)
+class FamilyFormatter:
+    """A family's template (``jinja``) with the family's end strings (``stops``) added to what it renders.
+    ``template`` is the template's source, as a ``Jinja2ChatFormatter``'s: what a continued message's turn
+    is recognised by (``llama_cpp_chat_formats.continuation``)."""
+
+    jinja: Jinja2ChatFormatter
+    stops: tuple[str, ...]
+
+    @property
+    def template(self) -> str:
+        return self.jinja.template
+
+    def __call__(self, **kwargs: Any) -> ChatFormatterResponse:
+        response = self.jinja(**kwargs)
+        response.stop = [*(response.stop or []), *(s for s in self.stops if s not in (response.stop or []))]
+        return response
 
 
 class MTMDChatHandler(Closing):
@@ -128,6 +148,7 @@ class MTMDChatHandler(Closing):
         self.warmup = warmup
         self.marker = new_marker()
         self._contexts: dict[int, MtmdContext] = {}  # by id of the engine Model each one refers to
+        self._formatters: weakref.WeakKeyDictionary[Any, dict[str, FamilyFormatter]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -275,21 +296,20 @@ class MTMDChatHandler(Closing):
             prepared.append(fields)
         return prepared, media
 
-    def formatter(self, llama: Any) -> Callable[..., ChatFormatterResponse]:
-        """The formatter that renders for ``llama``: its template, BOS/EOS text, and the family's stops."""
-        def text_of(token: int) -> str:
-            return llama.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+    def formatter(self, llama: Any) -> FamilyFormatter:
+        """The formatter that renders for ``llama``: its template, BOS/EOS text, and the family's stops; made
+        once per model and template (the template compiles once, and what is learnt of it stays)."""
+        template = self.template_for(llama)
+        per_template = self._formatters.setdefault(llama, {})  # two threads making one each is harmless
+        formatter = per_template.get(template)
+        if formatter is None:
+            def text_of(token: int) -> str:
+                return llama.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
-        jinja = Jinja2ChatFormatter(self.template_for(llama), eos_token=text_of(llama.token_eos()),
-                                    bos_token=text_of(llama.token_bos()))
-        stops = list(self.STOP)
-
-        def render(**kwargs: Any) -> ChatFormatterResponse:
-            response = jinja(**kwargs)
-            response.stop = [*(response.stop or []), *(s for s in stops if s not in (response.stop or []))]
-            return response
-
-        return render
+            jinja = Jinja2ChatFormatter(template, eos_token=text_of(llama.token_eos()),
+                                        bos_token=text_of(llama.token_bos()))
+            formatter = per_template[template] = FamilyFormatter(jinja, tuple(self.STOP))
+        return formatter
 
     def render(self, llama: Any, messages: list[dict[str, Any]], **variables: Any) -> tuple[str, list[MediaInput]]:
         """The prompt text this handler makes of ``messages`` (markers included) and its media, without

@@ -439,3 +439,16 @@ def test_the_constructor_checks_its_arguments(cls: type[MTMDChatHandler], mmproj
         cls(mmproj_path=mmproj, verbose=False, no_such_option=True)
     with pytest.raises(ValueError, match="image_max_tokens .* is below image_min_tokens"):
         cls(mmproj_path=mmproj, verbose=False, image_min_tokens=128, image_max_tokens=64)
+
+
+def test_a_continued_message_of_a_model_family_is_its_llama_cpp_parsers_turn(mmproj: str) -> None:
+    """The formatter is made once per model and template and shows its template's source, so a continued
+    message is written as llama.cpp's parser of the template's family writes it (Gemma 4's thought channel)."""
+    gemma4 = ("{# '<|tool_call>call:' #}{% for m in messages %}<|turn>{{ 'model' if m.role == 'assistant' else "
+              "m.role }}\n{{ m.content }}<turn|>\n{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}")
+    handler = Gemma4ChatHandler(mmproj_path=mmproj, verbose=False, chat_template_override=gemma4)
+    llama = FakeLlama()
+    assert handler.formatter(llama) is handler.formatter(llama) and handler.formatter(llama).template == gemma4
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure"}]
+    rendered = handler.render_chat_prompt(llama=llama, messages=messages, assistant_prefill=True)
+    assert rendered.prompt.endswith("<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Sure")
