@@ -171,7 +171,10 @@ class ChatAPI(LlamaBase):
                 return None
 
         pins = self._prompt_pins(messages, request, marks) if marks else ()
-        fmt, markers = _chat_reasoning.plan(self, reasoning_format, render, reasoning_budget >= 0)
+        last = messages[-1]
+        continued = str(last.get("reasoning_content") or "") if assistant_prefill and last.get("role") == "assistant" \
+            else ""
+        fmt, markers = _chat_reasoning.plan(self, reasoning_format, render, reasoning_budget >= 0, continued)
         if markers is not None:
             _chat_reasoning.budget_markers(request, markers)
             if fmt != "none" and grammar is None:

@@ -18,10 +18,11 @@ from .reasoning_grammar import with_reasoning_prefix
 from .reasoning_split import Markers, ReasoningSplitter, split_reasoning
 
 def plan(llama: Any, reasoning_format: str | None, render: Callable[[], str | None],
-         budget: bool) -> tuple[str, Markers | None]:
+         budget: bool, continued: str = "") -> tuple[str, Markers | None]:
     """(the request's reasoning format, the markers of its reply), None without a family: ``render()``
     gives the prompt (None when the handler cannot); it is asked only when a family claims the model and
-    something (the split, a reasoning budget) needs the markers."""
+    something (the split, a reasoning budget) needs the markers.  ``continued`` is the thinking of the
+    assistant message the request continues (``assistant_prefill``), "" for none."""
     fmt = check_reasoning_format("none" if reasoning_format is None else reasoning_format)
     if fmt == "none" and not budget:
         return fmt, None
@@ -29,7 +30,7 @@ def plan(llama: Any, reasoning_format: str | None, render: Callable[[], str | No
     if family is None:
         return fmt, None
     template = str(llama.metadata.get("tokenizer.chat_template") or "")
-    return fmt, markers_for(family, template, render())
+    return fmt, markers_for(family, template, render(), continued)
 
 
 def response_format_with_reasoning(response_format: dict[str, Any] | None, markers: Markers) -> LlamaGrammar | None:

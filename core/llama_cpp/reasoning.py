@@ -123,9 +123,12 @@ def model_family(llama: Any, template: str | None = None) -> ReasoningFamily | N
     return per_model[facts.template]
 
 
-def opens_in_prompt(prompt: str, family: ReasoningFamily) -> bool:
+def opens_in_prompt(prompt: str, family: ReasoningFamily, continued: str = "") -> bool:
     """Whether a rendered prompt ends inside an opened block (the template wrote ``start`` last: Qwen3's
-    and DeepSeek-R1's thinking templates), so that the reply begins with thinking and no ``start``."""
+    and DeepSeek-R1's thinking templates; or a continued message's thinking, ``continued``, follows it), so
+    that the reply begins with thinking and no ``start``."""
+    if continued and prompt.endswith(continued):
+        prompt = prompt[:-len(continued)]
     return prompt.rstrip().endswith(family.start.strip())
 
 
@@ -153,12 +156,14 @@ def space_after(template: str, marker: str) -> str:
     return best
 
 
-def markers_for(family: ReasoningFamily, template: str, prompt: str | None) -> Markers:
+def markers_for(family: ReasoningFamily, template: str, prompt: str | None, continued: str = "") -> Markers:
     """The markers of a reply of ``family``'s model to ``prompt`` (None when the handler cannot show its
-    prompt: then the block is taken to open in the reply)."""
-    opened = prompt is not None and opens_in_prompt(prompt, family)
+    prompt: then the block is taken to open in the reply).  ``continued`` is the thinking of an assistant
+    message the prompt continues: where the prompt ends with it inside an opened block, the reply goes on
+    thinking (and that thinking, the caller's, is not the reply's)."""
+    opened = prompt is not None and opens_in_prompt(prompt, family, continued)
     opened_with = ""
-    if opened and prompt is not None:
+    if opened and prompt is not None and not (continued and prompt.endswith(continued)):
         opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
     return Markers(start=family.start, end=family.end, content_start=family.content_start,
                    start_space=space_after(template, family.start), end_space=space_after(template, family.end),

@@ -94,6 +94,39 @@ def test_none_leaves_everything_in_content(model_of: Callable[[str], Llama], fam
     assert streamed(chunks) == ("", reply, ["content"])  # the library's default is none
 
 
+# how each family's reply goes on after a continued message's thinking ("Let me"), and ends it
+GOES_ON = {"think": " see</think>answer",
+           "gpt-oss": " see<|end|><|start|>assistant<|channel|>final<|message|>answer",
+           "gemma4": " see<channel|>answer", "mistral": " see[/THINK]answer"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_continued_thinking_goes_on_in_reasoning_content(model_of: Callable[[str], Llama], family: str,
+                                                            stream: bool) -> None:
+    """The prompt ends inside the block the continued message's thinking opened: the reply's thinking is its
+    own part of it (the caller's is the caller's), then the answer."""
+    llm = model_of(family)
+    messages = [*HI, {"role": "assistant", "content": "", "reasoning_content": "Let me"}]
+    prompt = llm.render_chat_prompt(messages, assistant_prefill=True).prompt
+    assert prompt.endswith("Let me")
+    out = llm.create_chat_completion(messages, assistant_prefill=True, grammar=forced(GOES_ON[family]),
+                                     temperature=0, max_tokens=LIMIT, reasoning_format="auto", stream=stream)
+    if stream:
+        assert streamed(out) == (" see", "answer", ["reasoning_content", "content"])
+    else:
+        message = out["choices"][0]["message"]
+        assert (message["reasoning_content"], message["content"]) == (" see", "answer")
+
+
+def test_a_continued_answer_goes_on_in_content(model_of: Callable[[str], Llama]) -> None:
+    llm = model_of("think")
+    messages = [*HI, {"role": "assistant", "content": "The ans", "reasoning_content": "Easy."}]
+    out = llm.create_chat_completion(messages, assistant_prefill=True, grammar=forced("wer"), temperature=0,
+                                     max_tokens=LIMIT, reasoning_format="auto")
+    assert out["choices"][0]["message"] == {"role": "assistant", "content": "wer"}
+
+
 TOOLS = [{"type": "function", "function": {"name": "get", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}}}}}]
 
