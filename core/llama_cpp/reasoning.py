@@ -165,8 +165,10 @@ def markers_for(family: ReasoningFamily, template: str, prompt: str | None, cont
     opened_with = ""
     if opened and prompt is not None and not (continued and prompt.endswith(continued)):
         opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
+    start_space = space_after(template, family.start) if family.start_space is None else family.start_space
+    end_space = space_after(template, family.end) if family.end_space is None else family.end_space
     return Markers(start=family.start, end=family.end, content_start=family.content_start,
-                   start_space=space_after(template, family.start), end_space=space_after(template, family.end),
+                   start_space=start_space, end_space=end_space,
                    opened=opened, opened_with=opened_with)
 
 

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from serving import assert_error, llama_server, running, tiny_settings
 
+from llama_cpp.testing import TinyLlamaSpec, llama_cpp_source_dir, write_tiny_llama
+
 
 REPLIES = ["<think>abc</think>answer", "<think>\n abc \n</think>\n\nanswer ", "answer <think>x</think>",
            '<think>abc</think><tool_call>\n{"name": "get", "arguments": {"a": 1}}\n</tool_call>']
@@ -75,3 +77,27 @@ def test_the_reasoning_flags_reach_their_settings() -> None:
     assert load_settings(["-m", "m.gguf"]).reasoning_format == "auto"  # llama-server's default
     with pytest.raises(ValueError, match="reasoning_format"):
         load_settings(["-m", "m.gguf", "--reasoning-format", "think"])
+
+
+# real templates of the pinned source, each with a reply in its model's markers: the families that split
+# them here (Seed-OSS's and MiniMax-M3's markers; Kimi K2's <think>, which its templates do not write)
+REAL_REPLIES = {
+    "ByteDance-Seed-OSS": "<seed:think>abc</seed:think>\nanswer",
+    "MiniMax-M3": "<mm:think>abc</mm:think>answer",
+    "Kimi-K2-Instruct": "<think>abc</think>answer",
+    "moonshotai-Kimi-K2": "<think>abc</think>answer",
+    "HuggingFaceTB-SmolLM3-3B": "<think>abc</think>answer",
+    "openai-gpt-oss-120b": "<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>answer",
+}
+
+
+@pytest.mark.parametrize("stem", REAL_REPLIES)
+def test_a_real_templates_reply_is_split_as_llama_server_splits_it(tmp_path: Path, stem: str) -> None:
+    template = (llama_cpp_source_dir() / "models" / "templates" / f"{stem}.jinja").read_text()
+    model = write_tiny_llama(tmp_path / "model.gguf", TinyLlamaSpec(chat_template=template))
+    with running(tiny_settings(model, n_seq_max=1, n_ctx=1024)) as ours, \
+            llama_server(model, "-c", "1024", "-np", "1") as theirs:
+        for stream in (False, True):
+            mine, native = (chat(base, REAL_REPLIES[stem], None, stream) for base in (ours, theirs))
+            assert mine == native
+    assert mine[0]["reasoning_content"] == "abc"  # (the content may be cut by max_tokens, alike)

@@ -125,6 +125,10 @@ class ReasoningFamily:
     content_start: str = ""
     order: float = 0.0
     description: str = ""
+    #: the whitespace the template writes after ``start`` / ``end`` (dropped with the marker as far as a reply
+    #: repeats it); None: read from the template's source, which shows it unless the marker is a variable
+    start_space: str | None = None
+    end_space: str | None = None
 
 
 RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy, SchedulingPolicy,

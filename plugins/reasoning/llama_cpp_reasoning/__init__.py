@@ -29,9 +29,21 @@ def is_mistral(facts: TemplateFacts) -> bool:
     return facts.mentions("[THINK]") or (facts.is_token("[THINK]") and facts.is_token("[/THINK]"))
 
 
+def is_seed_oss(facts: TemplateFacts) -> bool:
+    """ByteDance Seed-OSS: ``<seed:think>`` ... ``</seed:think>``."""
+    return facts.mentions("<seed:think>") or (facts.is_token("<seed:think>") and facts.is_token("</seed:think>"))
+
+
+def is_minimax_m3(facts: TemplateFacts) -> bool:
+    """MiniMax-M3: ``<mm:think>`` ... ``</mm:think>``."""
+    return facts.mentions("<mm:think>") or (facts.is_token("<mm:think>") and facts.is_token("</mm:think>"))
+
+
 def is_think(facts: TemplateFacts) -> bool:
-    """DeepSeek-R1 (and its distills), Qwen3, QwQ, SmolLM3...: a ``<think>`` block."""
+    """DeepSeek-R1 (and its distills), Qwen3, QwQ, SmolLM3...: a ``<think>`` block; and Kimi K2, whose
+    templates do not write it (llama.cpp's Kimi K2 parser, keyed on its tool-call section markers, reads it)."""
     return (facts.mentions("<think>") or facts.mentions("</think>")
+            or facts.mentions("<|tool_calls_section_begin|>", "<|tool_call_begin|>")
             or (facts.is_token("<think>") and facts.is_token("</think>")))
 
 
@@ -45,9 +57,13 @@ def llama_cpp_reasoning_families() -> list[ReasoningFamily]:
                         description="Gemma 4: the thought channel"),
         ReasoningFamily(name="mistral", start="[THINK]", end="[/THINK]", detect=is_mistral, order=30,
                         description="Magistral, Ministral 3 Reasoning: [THINK] ... [/THINK]"),
+        ReasoningFamily(name="seed-oss", start="<seed:think>", end="</seed:think>", end_space="\n",
+                        detect=is_seed_oss, order=40, description="ByteDance Seed-OSS: <seed:think> ... </seed:think>"),
+        ReasoningFamily(name="minimax-m3", start="<mm:think>", end="</mm:think>", detect=is_minimax_m3, order=50,
+                        description="MiniMax-M3: <mm:think> ... </mm:think>"),
         ReasoningFamily(name="think", start="<think>", end="</think>", detect=is_think, order=100,
                         description="DeepSeek-R1, Qwen3, QwQ, SmolLM3...: <think> ... </think>"),
     ]
 
 
-__all__ = ["is_gemma4", "is_gpt_oss", "is_mistral", "is_think"]
+__all__ = ["is_gemma4", "is_gpt_oss", "is_minimax_m3", "is_mistral", "is_seed_oss", "is_think"]
