@@ -161,12 +161,12 @@ class ChatAPI(LlamaBase):
                        stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector))
                        if v is not None)
 
-        def render() -> str | None:
+        def render() -> ChatFormatterResponse | None:
             try:
                 return self.render_chat_prompt(
                     messages, functions=functions, function_call=function_call, tools=tools, tool_choice=tool_choice,
                     assistant_prefill=assistant_prefill, add_generation_prompt=add_generation_prompt,
-                    chat_template_kwargs=template_kwargs).prompt
+                    chat_template_kwargs=template_kwargs)
             except NotImplementedError:
                 return None
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from . import llama_grammar
+from .llama_chat_format import ChatFormatterResponse
 from .llama_grammar import LlamaGrammar, json_schema_grammar
 from .reasoning import check_reasoning_format, markers_for, model_family
 from .reasoning_grammar import with_reasoning_prefix
 from .reasoning_split import Markers, ReasoningSplitter, split_reasoning
 
-def plan(llama: Any, reasoning_format: str | None, render: Callable[[], str | None],
+def plan(llama: Any, reasoning_format: str | None, render: Callable[[], ChatFormatterResponse | None],
          budget: bool, continued: str = "") -> tuple[str, Markers | None]:
     """(the request's reasoning format, the markers of its reply), None without a family: ``render()``
-    gives the prompt (None when the handler cannot); it is asked only when a family claims the model and
-    something (the split, a reasoning budget) needs the markers.  ``continued`` is the thinking of the
-    assistant message the request continues (``assistant_prefill``), "" for none."""
+    gives the rendered prompt (None when the handler cannot); it is asked only when a family claims the
+    model and something (the split, a reasoning budget) needs the markers.  ``continued`` is the thinking
+    of the assistant message the request continues (``assistant_prefill``), "" for none."""
     fmt = check_reasoning_format("none" if reasoning_format is None else reasoning_format)
     if fmt == "none" and not budget:
         return fmt, None
@@ -30,7 +31,10 @@ def plan(llama: Any, reasoning_format: str | None, render: Callable[[], str | No
     if family is None:
         return fmt, None
     template = str(llama.metadata.get("tokenizer.chat_template") or "")
-    return fmt, markers_for(family, template, render(), continued)
+    rendered = render()
+    if rendered is None:
+        return fmt, markers_for(family, template, None, continued)
+    return fmt, markers_for(family, template, rendered.prompt, continued, rendered.thinking_markers)
 
 
 def response_format_with_reasoning(response_format: dict[str, Any] | None, markers: Markers) -> LlamaGrammar | None:

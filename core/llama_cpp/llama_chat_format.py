@@ -31,6 +31,9 @@ class ChatFormatterResponse:
     stop: str | list[str] | None = None
     stopping_criteria: Any = None
     added_special: bool = False  # the prompt already contains BOS (do not add another)
+    #: the template's thinking (start, end) markers with the whitespace it writes with them, as llama.cpp's
+    #: parser for the template knows them: the reasoning split drops that whitespace (None: not known)
+    thinking_markers: tuple[str, str] | None = None
 
 
 class ChatFormatter(Protocol):

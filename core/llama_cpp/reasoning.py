@@ -156,20 +156,33 @@ def space_after(template: str, marker: str) -> str:
     return best
 
 
-def markers_for(family: ReasoningFamily, template: str, prompt: str | None, continued: str = "") -> Markers:
+def _trailing_space(marker: str) -> str:
+    return marker[len(marker.rstrip()):]
+
+
+def markers_for(family: ReasoningFamily, template: str, prompt: str | None, continued: str = "",
+                written: tuple[str, str] | None = None) -> Markers:
     """The markers of a reply of ``family``'s model to ``prompt`` (None when the handler cannot show its
     prompt: then the block is taken to open in the reply).  ``continued`` is the thinking of an assistant
     message the prompt continues: where the prompt ends with it inside an opened block, the reply goes on
-    thinking (and that thinking, the caller's, is not the reply's)."""
+    thinking (and that thinking, the caller's, is not the reply's).  ``written`` is the template's (start,
+    end) as llama.cpp's parser for it knows them, whitespace included (``ChatFormatterResponse
+    .thinking_markers``): the whitespace it puts after a marker is dropped with it, and a block the prompt
+    opens begins after the start's; without it, the whitespace is read from the template's source."""
     opened = prompt is not None and opens_in_prompt(prompt, family, continued)
+    start_space = space_after(template, family.start) if family.start_space is None else family.start_space
+    end_space = space_after(template, family.end) if family.end_space is None else family.end_space
+    written_start = ""
+    if written is not None and written[0].strip() == family.start.strip():
+        written_start = start_space = _trailing_space(written[0])
+    if written is not None and written[1].strip() == family.end.strip():
+        end_space = _trailing_space(written[1])
     opened_with = ""
     if opened and prompt is not None and not (continued and prompt.endswith(continued)):
         opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
-    start_space = space_after(template, family.start) if family.start_space is None else family.start_space
-    end_space = space_after(template, family.end) if family.end_space is None else family.end_space
+        opened_with = opened_with[len(written_start):] if opened_with.startswith(written_start) else opened_with
     return Markers(start=family.start, end=family.end, content_start=family.content_start,
-                   start_space=start_space, end_space=end_space,
-                   opened=opened, opened_with=opened_with)
+                   start_space=start_space, end_space=end_space, opened=opened, opened_with=opened_with)
 
 
 __all__ = ["REASONING_FORMATS", "Markers", "TemplateFacts", "check_reasoning_format", "detect_family", "families",

@@ -79,15 +79,24 @@ def test_the_reasoning_flags_reach_their_settings() -> None:
         load_settings(["-m", "m.gguf", "--reasoning-format", "think"])
 
 
-# real templates of the pinned source, each with a reply in its model's markers: the families that split
-# them here (Seed-OSS's and MiniMax-M3's markers; Kimi K2's <think>, which its templates do not write)
+# real templates of the pinned source, each with a reply in its model's markers and the thinking llama-server
+# finds in it: the families that split them here (Seed-OSS's and MiniMax-M3's markers; Kimi K2's <think>,
+# which its templates do not write), and the whitespace the template writes with its markers (a block its
+# generation prompt opens with "<think>\n" begins after the newline; QwQ's, which llama.cpp knows as "<think>",
+# with it)
 REAL_REPLIES = {
-    "ByteDance-Seed-OSS": "<seed:think>abc</seed:think>\nanswer",
-    "MiniMax-M3": "<mm:think>abc</mm:think>answer",
-    "Kimi-K2-Instruct": "<think>abc</think>answer",
-    "moonshotai-Kimi-K2": "<think>abc</think>answer",
-    "HuggingFaceTB-SmolLM3-3B": "<think>abc</think>answer",
-    "openai-gpt-oss-120b": "<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>answer",
+    "ByteDance-Seed-OSS": ("<seed:think>abc</seed:think>\nanswer", "abc"),
+    "MiniMax-M3": ("<mm:think>abc</mm:think>answer", "abc"),
+    "Kimi-K2-Instruct": ("<think>abc</think>answer", "abc"),
+    "moonshotai-Kimi-K2": ("<think>abc</think>answer", "abc"),
+    "HuggingFaceTB-SmolLM3-3B": ("<think>abc</think>answer", "abc"),
+    "openai-gpt-oss-120b": ("<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>"
+                            "answer", "abc"),
+    "Qwen3.5-4B": ("abc\n</think>\n\nanswer", "abc\n"),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ("abc\n</think>\n\nanswer", "abc\n"),
+    "MiniMax-M2": ("abc\n</think>\n\nanswer", "abc\n"),
+    "GLM-4.6": ("<think>abc</think>\nanswer", "abc"),
+    "Qwen-QwQ-32B": ("abc</think>answer", "\nabc"),
 }
 
 
@@ -95,9 +104,10 @@ REAL_REPLIES = {
 def test_a_real_templates_reply_is_split_as_llama_server_splits_it(tmp_path: Path, stem: str) -> None:
     template = (llama_cpp_source_dir() / "models" / "templates" / f"{stem}.jinja").read_text()
     model = write_tiny_llama(tmp_path / "model.gguf", TinyLlamaSpec(chat_template=template))
+    reply, thinking = REAL_REPLIES[stem]
     with running(tiny_settings(model, n_seq_max=1, n_ctx=1024)) as ours, \
             llama_server(model, "-c", "1024", "-np", "1") as theirs:
         for stream in (False, True):
-            mine, native = (chat(base, REAL_REPLIES[stem], None, stream) for base in (ours, theirs))
+            mine, native = (chat(base, reply, None, stream) for base in (ours, theirs))
             assert mine == native
-    assert mine[0]["reasoning_content"] == "abc"  # (the content may be cut by max_tokens, alike)
+    assert mine[0]["reasoning_content"] == thinking  # (the content may be cut by max_tokens, alike)

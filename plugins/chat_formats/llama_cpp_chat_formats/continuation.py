@@ -96,33 +96,60 @@ class _Continued:
         return opening + continued_text(self.message)
 
 
-# how llama.cpp's parser for each family continues a message (common/parsers/*.cpp): fixed openings and markers
-_FAMILY_TURNS: dict[Family, Callable[[_Continued], str]] = {
-    "ministral-3": lambda c: c.turn("", "[THINK]", "[/THINK]"),
-    "gpt-oss": lambda c: c.turn("<|start|>assistant<|channel|>analysis<|message|>", "",
-                                "<|end|><|start|>assistant<|channel|>final<|message|>"),
-    "muse-glimmer": lambda c: c.turn("<|start|>assistant to=self<|message|>", "",
-                                     "<|eom|><|start|>assistant to=user<|message|>"),
-    "functionary-v3.2": lambda c: c.text_after("<|start_header_id|>assistant<|end_header_id|>\n\n>>>all\n"),
-    "kimi-k2": lambda c: c.turn("<|im_assistant|>assistant<|im_middle|>", "<think>", "</think>"),
-    "kimi-k3": lambda c: c.turn('<|open|>message role="assistant"<|sep|>', "<|open|>think<|sep|>",
-                                "<|close|>think<|sep|><|open|>response<|sep|>"),
-    "ling-3": lambda c: c.turn("<role>ASSISTANT</role>\n", "<think>", "</think>"),
-    "cohere2-moe": lambda c: c.turn("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>", "<|START_THINKING|>",
-                                    "<|END_THINKING|><|START_TEXT|>"),
-    "lfm2": lambda c: c.turn("<|im_start|>assistant\n", "<think>", "</think>"),
-    "gigachat-3": lambda c: c.text_after("assistant<|role_sep|>\n"),
-    "minimax-m3": lambda c: c.turn(c.generation_prompt, "<mm:think>", "</mm:think>"),
-    # V4 (no "function_calls") closes an empty thinking block with a bare </think>
-    "deepseek-v3.2": lambda c: c.turn("<\uff5cAssistant\uff5c>", "", "</think>")
-    if "function_calls" not in c.source and not c.message.get("reasoning_content")
-    else c.turn("<\uff5cAssistant\uff5c>", "<think>", "</think>"),
-    "gemma-4": lambda c: c.turn("<|turn>model\n" if c.before.endswith("<turn|>\n") else "", "<|channel>thought\n",
-                                "<channel|>"),
-    "minicpm-5": lambda c: c.turn("<|im_start|>assistant\n", "<think>\n", "\n</think>\n\n"),
-    "qwen3-coder": lambda c: c.turn("<|im_start|>assistant\n", "<think>\n", "\n</think>\n\n")
-    if "<think>" in c.source else c.turn("<|im_start|>assistant\n", thinks=False),
+# the thinking markers of llama.cpp's parser for each family that thinks (common/parsers/*.cpp), with the
+# whitespace they include; an end marker may go on into the opening of the answer (gpt-oss's final channel)
+_FAMILY_MARKERS: dict[Family, ThinkingMarkers] = {
+    "ministral-3": ThinkingMarkers("[THINK]", "[/THINK]"),
+    "gpt-oss": ThinkingMarkers("<|channel|>analysis<|message|>",
+                               "<|end|><|start|>assistant<|channel|>final<|message|>"),
+    "muse-glimmer": ThinkingMarkers("", "<|eom|><|start|>assistant to=user<|message|>"),
+    "kimi-k2": ThinkingMarkers("<think>", "</think>"),
+    "kimi-k3": ThinkingMarkers("<|open|>think<|sep|>", "<|close|>think<|sep|><|open|>response<|sep|>"),
+    "ling-3": ThinkingMarkers("<think>", "</think>"),
+    "cohere2-moe": ThinkingMarkers("<|START_THINKING|>", "<|END_THINKING|><|START_TEXT|>"),
+    "lfm2": ThinkingMarkers("<think>", "</think>"),
+    "minimax-m3": ThinkingMarkers("<mm:think>", "</mm:think>"),
+    "deepseek-v3.2": ThinkingMarkers("<think>", "</think>"),
+    "gemma-4": ThinkingMarkers("<|channel>thought\n", "<channel|>"),
+    "minicpm-5": ThinkingMarkers("<think>\n", "\n</think>\n\n"),
+    "qwen3-coder": ThinkingMarkers("<think>\n", "\n</think>\n\n"),  # where the template has <think> at all
 }
+
+
+def _family_turn(family: Family, c: _Continued) -> str:
+    """How llama.cpp's parser for ``family`` continues a message: the turn's fixed opening, then the thinking
+    inside the family's markers."""
+    m = _FAMILY_MARKERS.get(family, ThinkingMarkers())
+    if family == "functionary-v3.2":
+        return c.text_after("<|start_header_id|>assistant<|end_header_id|>\n\n>>>all\n")
+    if family == "gigachat-3":
+        return c.text_after("assistant<|role_sep|>\n")
+    if family == "qwen3-coder" and "<think>" not in c.source:
+        return c.turn("<|im_start|>assistant\n", thinks=False)
+    if family == "deepseek-v3.2" and "function_calls" not in c.source and not c.message.get("reasoning_content"):
+        return c.turn("<\uff5cAssistant\uff5c>", "", m.end)  # V4 closes an empty block with a bare </think>
+    openings: dict[Family, str] = {
+        "gpt-oss": "<|start|>assistant", "muse-glimmer": "<|start|>assistant to=self<|message|>",
+        "kimi-k2": "<|im_assistant|>assistant<|im_middle|>", "kimi-k3": '<|open|>message role="assistant"<|sep|>',
+        "ling-3": "<role>ASSISTANT</role>\n", "cohere2-moe": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+        "lfm2": "<|im_start|>assistant\n", "minimax-m3": c.generation_prompt,
+        "deepseek-v3.2": "<\uff5cAssistant\uff5c>",
+        "gemma-4": "<|turn>model\n" if c.before.endswith("<turn|>\n") else "",
+        "minicpm-5": "<|im_start|>assistant\n", "qwen3-coder": "<|im_start|>assistant\n",
+    }
+    return c.turn(openings.get(family, ""), m.start, m.end)
+
+
+def template_thinking_markers(formatter: Formatter) -> ThinkingMarkers:
+    """The thinking markers llama.cpp's parser knows ``formatter``'s template by, with their whitespace: its
+    family's, or those :func:`thinking_markers` finds in it; ``ThinkingMarkers()`` where it has none."""
+    source = getattr(formatter, "template", None)
+    family = family_of(source) if isinstance(source, str) else None
+    if family is None:
+        return thinking_markers(formatter)
+    if family == "qwen3-coder" and "<think>" not in str(source):
+        return ThinkingMarkers()
+    return _FAMILY_MARKERS.get(family, ThinkingMarkers())
 
 
 def continue_message(formatter: Formatter, conversation: list[dict[str, Any]], message: dict[str, Any],
@@ -138,7 +165,7 @@ def continue_message(formatter: Formatter, conversation: list[dict[str, Any]], m
                            message=message, mode=resolve_mode(message, mode))
     family = family_of(continued.source)
     if family is not None:
-        before.prompt += _FAMILY_TURNS[family](continued)
+        before.prompt += _family_turn(family, continued)
         return before
     markers = thinking_markers(formatter)
     if markers.start:

@@ -19,7 +19,7 @@ from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
 from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
 from llama_cpp.sampling import SAMPLING_FIELDS
 
-from .continuation import ContinueMode, continue_message
+from .continuation import ContinueMode, continue_message, template_thinking_markers
 from .streaming import stream_auto_reply, stream_wrapped_call
 from .tool_calls import (SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, make_tool_call,
                          parse_tool_calls)
@@ -130,7 +130,7 @@ def render_chat(formatter: Callable[..., ChatFormatterResponse], messages: list[
                 request: dict[str, Any]) -> ChatFormatterResponse:
     """``messages`` rendered by ``formatter`` as :func:`complete_chat` renders them: the legacy ``functions``
     as tools (``request`` is updated), a trailing assistant message continued with ``assistant_prefill``
-    (:mod:`.continuation`)."""
+    (:mod:`.continuation`); the template's thinking markers as llama.cpp knows them, for the reasoning split."""
     require_text(messages)
     tools_of(request)
     template_kwargs = dict(request.get("chat_template_kwargs") or {})
@@ -138,9 +138,14 @@ def render_chat(formatter: Callable[..., ChatFormatterResponse], messages: list[
                          tools=request.get("tools"), tool_choice=request.get("tool_choice"), **template_kwargs)
     mode = continue_mode(request.get("assistant_prefill"))
     if mode is not None and messages and messages[-1].get("role") == "assistant":
-        return continue_message(formatter, messages[:-1], messages[-1], mode, **prompt_kwargs)
-    return formatter(messages=messages, add_generation_prompt=request.get("add_generation_prompt", True),
-                     **prompt_kwargs)
+        rendered = continue_message(formatter, messages[:-1], messages[-1], mode, **prompt_kwargs)
+    else:
+        rendered = formatter(messages=messages, add_generation_prompt=request.get("add_generation_prompt", True),
+                             **prompt_kwargs)
+    markers = template_thinking_markers(formatter)
+    if markers.start or markers.end:
+        rendered.thinking_markers = (markers.start, markers.end)
+    return rendered
 
 
 def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], messages: list[dict[str, Any]],
