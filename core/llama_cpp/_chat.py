@@ -182,8 +182,9 @@ class ChatAPI(LlamaBase):
                 if wrapped is not None:
                     request["grammar"] = wrapped
         # a family whose markers are control tokens: the reply keeps their text, for the split to find them
-        kept = control_tokens_of(self, (markers.start, markers.end, markers.content_start)) \
-            if markers is not None and fmt != "none" else frozenset()
+        kept: frozenset[int] = frozenset()
+        if markers is not None and fmt != "none":
+            kept = control_tokens_of(self, (markers.start, markers.end, markers.content_start, markers.content_end))
         with tagged(priority, tenant), preserving(kept), cache_breakpoints.pinning(pins):
             result = handler(llama=self, messages=messages, **request)
         if markers is None or fmt == "none":

@@ -160,6 +160,15 @@ def _trailing_space(marker: str) -> str:
     return marker[len(marker.rstrip()):]
 
 
+def _unwritten_part(marker: str, prompt: str | None) -> str:
+    """``marker`` less its longest beginning that ``prompt`` ends with: what a reply to the prompt writes of it."""
+    if prompt:
+        for k in range(len(marker) - 1, 0, -1):
+            if prompt.endswith(marker[:k]):
+                return marker[k:]
+    return marker
+
+
 def markers_for(family: ReasoningFamily, template: str, prompt: str | None, continued: str = "",
                 written: tuple[str, str] | None = None) -> Markers:
     """The markers of a reply of ``family``'s model to ``prompt`` (None when the handler cannot show its
@@ -182,6 +191,7 @@ def markers_for(family: ReasoningFamily, template: str, prompt: str | None, cont
         opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
         opened_with = opened_with[len(written_start):] if opened_with.startswith(written_start) else opened_with
     return Markers(start=family.start, end=family.end, content_start=family.content_start,
+                   content_end=family.content_end, leading_content_start=_unwritten_part(family.content_start, prompt),
                    start_space=start_space, end_space=end_space, opened=opened, opened_with=opened_with)
 
 

@@ -86,17 +86,23 @@ def text_without(name: str, marker: str) -> list[str]:
 
 
 def with_reasoning_prefix(grammar: LlamaGrammar, markers: Markers) -> LlamaGrammar:
-    """``grammar`` after an optional thinking block (the rest of the block when the prompt opened it)."""
+    """``grammar`` after an optional thinking block (the rest of the block when the prompt opened it), between
+    the family's answer markers where it has them (optional, as in llama.cpp's grammars)."""
     body = _PREFIX + "body"
     space = f"{_PREFIX}space"
     end = _literal(markers.end)
     if markers.content_start:
-        end += f" {space} ({_literal(markers.content_start)})?"
+        end += f" ({space} {_literal(markers.content_start)})?"
     if markers.opened:
         block = f"{body} {end}"
+    elif markers.leading_content_start:  # the thinking, or an answer that opens with its marker
+        block = f"({_literal(markers.start)} {body} {end} | {_literal(markers.leading_content_start)})?"
     else:
         block = f"({_literal(markers.start)} {body} {end})?"
-    rules = [f"{ROOT} ::= {block} {space} {grammar.root}", f"{space} ::= [ \\t\\n\\r]{{0,20}}",
+    answer = grammar.root
+    if markers.content_end:
+        answer = f"{answer} ({space} {_literal(markers.content_end)})?"
+    rules = [f"{ROOT} ::= {block} {space} {answer}", f"{space} ::= [ \\t\\n\\r]{{0,20}}",
              *text_without(body, markers.end)]
     return LlamaGrammar(_grammar=grammar.grammar.rstrip() + "\n" + "\n".join(rules) + "\n", _root=ROOT)
 

@@ -3,7 +3,9 @@
 Only a block at the very beginning of the reply counts (leading whitespace aside), and only the first
 one: a model that writes ``<think>`` later, or thinks twice, keeps that text in its answer, as
 llama-server's parsers read replies.  A reply whose prompt opened the block (the template's generation
-prompt ends with ``<think>``) begins inside it.
+prompt ends with ``<think>``) begins inside it.  Where a family marks its answer too (gpt-oss's final
+channel, Cohere2 MoE's ``<|START_TEXT|>`` ... ``<|END_TEXT|>``), the markers are dropped, and so is what
+follows the answer's end marker: the closing markers of the turn, all that these formats allow there.
 
 The whitespace a template writes after a marker (Qwen3's ``<think>\\n``, ``</think>\\n\\n``) is part of the
 marker: as much of it as the reply repeats is dropped, no more, which is what llama-server's parsers,
@@ -25,11 +27,16 @@ Piece = tuple[Kind, str]
 class Markers:
     """The markers of one reply's reasoning block, with the whitespace the template writes after them;
     ``opened`` when the prompt opened the block, and ``opened_with`` the prompt's text after its ``start``
-    (llama-server counts it as thinking)."""
+    (llama-server counts it as thinking); ``content_start`` and ``content_end`` around the answer, where the
+    family marks it, and ``leading_content_start`` what opens an answer the reply begins with (the
+    ``content_start`` less the part the prompt ends with: gpt-oss's ``<|channel|>final<|message|>`` after a
+    prompt's ``<|start|>assistant``)."""
 
     start: str
     end: str
     content_start: str = ""
+    content_end: str = ""
+    leading_content_start: str = ""
     start_space: str = ""
     end_space: str = ""
     opened: bool = False
@@ -80,8 +87,12 @@ class ReasoningSplitter:
                     self._pending = rest[len(m.start):]
                     self._state = "start-space"
                     continue
-                if not final and (not rest or m.start.startswith(rest)):
-                    return out  # still whitespace, or the beginning of the start marker
+                if m.leading_content_start and rest.startswith(m.leading_content_start):  # no thinking
+                    self._pending = rest[len(m.leading_content_start):]
+                    self._state = "content"
+                    continue
+                if not final and (not rest or m.start.startswith(rest) or m.leading_content_start.startswith(rest)):
+                    return out  # still whitespace, or the beginning of a marker
                 self._state = "content"
                 continue
             if state == "start-space":
@@ -124,6 +135,22 @@ class ReasoningSplitter:
                     return out
                 self._state = "content"
                 continue
+            if state == "content" and m.content_end:
+                at = text.find(m.content_end)
+                if at >= 0:
+                    if at:
+                        out.append(("content", text[:at]))
+                    self._pending = ""
+                    self._state = "closed"
+                    return out
+                keep = 0 if final else _partial_tail(text, m.content_end)
+                if len(text) > keep:
+                    out.append(("content", text[:len(text) - keep]))
+                    self._pending = text[len(text) - keep:]
+                return out
+            if state == "closed":  # after the answer's end marker: the turn's closing markers
+                self._pending = ""
+                return out
             # content: everything passes
             if text:
                 out.append(("content", text))

@@ -28,9 +28,10 @@ def both(reasoning_model_path: Path) -> Iterator[tuple[str, str]]:
         yield ours, theirs
 
 
-def chat(base: str, reply: str, fmt: str | None, stream: bool) -> Any:
+def chat(base: str, reply: str, fmt: str | None, stream: bool, template_kwargs: dict[str, Any] | None = None) -> Any:
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 64,
-                            "grammar": "root ::= " + json.dumps(reply), "stream": stream}
+                            "grammar": "root ::= " + json.dumps(reply), "stream": stream,
+                            "chat_template_kwargs": template_kwargs or {}}
     if fmt is not None:
         body["reasoning_format"] = fmt
     response = httpx.post(base + "/v1/chat/completions", json=body, timeout=60)
@@ -81,9 +82,9 @@ def test_the_reasoning_flags_reach_their_settings() -> None:
 
 # real templates of the pinned source, each with a reply in its model's markers and the thinking llama-server
 # finds in it: the families that split them here (Seed-OSS's and MiniMax-M3's markers; Kimi K2's <think>,
-# which its templates do not write), and the whitespace the template writes with its markers (a block its
-# generation prompt opens with "<think>\n" begins after the newline; QwQ's, which llama.cpp knows as "<think>",
-# with it)
+# which its templates do not write; the answers Cohere's and Kimi K3's formats mark too), and the whitespace
+# the template writes with its markers (a block its generation prompt opens with "<think>\n" begins after the
+# newline; QwQ's, which llama.cpp knows as "<think>", with it)
 REAL_REPLIES = {
     "ByteDance-Seed-OSS": ("<seed:think>abc</seed:think>\nanswer", "abc"),
     "MiniMax-M3": ("<mm:think>abc</mm:think>answer", "abc"),
@@ -97,6 +98,18 @@ REAL_REPLIES = {
     "MiniMax-M2": ("abc\n</think>\n\nanswer", "abc\n"),
     "GLM-4.6": ("<think>abc</think>\nanswer", "abc"),
     "Qwen-QwQ-32B": ("abc</think>answer", "\nabc"),
+    "Cohere2MoE": ("abc<|END_THINKING|><|START_TEXT|>answer<|END_TEXT|>", "abc"),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (
+        "<|START_THINKING|>abc<|END_THINKING|><|START_RESPONSE|>answer<|END_RESPONSE|>", "abc"),
+    "Kimi-K3": ("abc<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>response<|sep|>", "abc"),
+}
+# and a reply that answers at once, in the answer's markers (with thinking turned off where the template's
+# generation prompt would open it): the template variables, the reply
+ANSWERS_FIRST = {
+    "openai-gpt-oss-120b": ({}, "<|channel|>final<|message|>answer"),
+    "Cohere2MoE": ({"reasoning": False}, "<|START_TEXT|>answer<|END_TEXT|>"),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ({}, "<|START_RESPONSE|>answer<|END_RESPONSE|>"),
+    "Kimi-K3": ({"thinking": False}, "answer<|close|>response<|sep|>"),
 }
 
 
@@ -110,4 +123,10 @@ def test_a_real_templates_reply_is_split_as_llama_server_splits_it(tmp_path: Pat
         for stream in (False, True):
             mine, native = (chat(base, reply, None, stream) for base in (ours, theirs))
             assert mine == native
-    assert mine[0]["reasoning_content"] == thinking  # (the content may be cut by max_tokens, alike)
+        assert mine[0]["reasoning_content"] == thinking  # (the content may be cut by max_tokens, alike)
+        if stem in ANSWERS_FIRST:
+            template_kwargs, answer = ANSWERS_FIRST[stem]
+            for stream in (False, True):
+                mine, native = (chat(base, answer, None, stream, template_kwargs) for base in (ours, theirs))
+                assert mine == native
+            assert mine == ({"reasoning_content": "", "content": "answer"}, ["content"])

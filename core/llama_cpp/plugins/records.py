@@ -111,7 +111,9 @@ class ReasoningFamily:
     A reply of such a model begins with a block of thinking between ``start`` and ``end`` (``<think>`` and
     ``</think>``; gpt-oss's ``<|channel|>analysis<|message|>`` and ``<|end|>``), then its answer, which some
     families introduce with ``content_start`` (gpt-oss's ``<|start|>assistant<|channel|>final<|message|>``,
-    dropped from the answer).  ``detect(facts)`` says from the model's chat template and vocabulary
+    dropped from the answer) and some close with ``content_end`` (Cohere2 MoE's ``<|END_TEXT|>``: the
+    answer ends there, as llama.cpp's parsers of these formats allow only closing markers after it).
+    ``detect(facts)`` says from the model's chat template and vocabulary
     (:class:`llama_cpp.reasoning.TemplateFacts`) whether the model is one of the family; the families are
     asked in ``order`` (lower first) and the first that answers yes splits the model's replies
     (``reasoning_format``, docs/chat.md).  A template that ends its generation prompt with ``start`` opens
@@ -123,6 +125,7 @@ class ReasoningFamily:
     end: str = attrs.field(validator=attrs.validators.min_len(1))
     detect: Callable[[TemplateFacts], bool]
     content_start: str = ""
+    content_end: str = ""
     order: float = 0.0
     description: str = ""
     #: the whitespace the template writes after ``start`` / ``end`` (dropped with the marker as far as a reply

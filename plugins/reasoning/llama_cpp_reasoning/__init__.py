@@ -39,6 +39,26 @@ def is_minimax_m3(facts: TemplateFacts) -> bool:
     return facts.mentions("<mm:think>") or (facts.is_token("<mm:think>") and facts.is_token("</mm:think>"))
 
 
+def is_cohere2_moe(facts: TemplateFacts) -> bool:
+    """Cohere2 MoE (North Code): ``<|START_THINKING|>`` ... ``<|END_THINKING|>``, then the answer between
+    ``<|START_TEXT|>`` and ``<|END_TEXT|>``; its templates, and only theirs, write both ``<|START_TEXT|>`` and
+    ``<|START_ACTION|>`` (llama.cpp's rule)."""
+    return facts.mentions("<|START_TEXT|>", "<|START_ACTION|>")
+
+
+def is_command_r7b(facts: TemplateFacts) -> bool:
+    """Command R7B and Command A: ``<|START_THINKING|>`` ... ``<|END_THINKING|>``, then the answer between
+    ``<|START_RESPONSE|>`` and ``<|END_RESPONSE|>``."""
+    return facts.mentions("<|START_THINKING|>", "<|START_RESPONSE|>")
+
+
+def is_kimi_k3(facts: TemplateFacts) -> bool:
+    """Kimi K3's tagged turns: ``<|open|>think<|sep|>`` ... ``<|close|>think<|sep|>``, then the answer in a
+    ``response`` section; its templates write ``<|open|>``, ``<|close|>`` and ``<|end_of_msg|>`` (llama.cpp's
+    rule)."""
+    return facts.mentions("<|open|>", "<|close|>", "<|end_of_msg|>")
+
+
 def is_think(facts: TemplateFacts) -> bool:
     """DeepSeek-R1 (and its distills), Qwen3, QwQ, SmolLM3...: a ``<think>`` block; and Kimi K2, whose
     templates do not write it (llama.cpp's Kimi K2 parser, keyed on its tool-call section markers, reads it)."""
@@ -61,9 +81,20 @@ def llama_cpp_reasoning_families() -> list[ReasoningFamily]:
                         detect=is_seed_oss, order=40, description="ByteDance Seed-OSS: <seed:think> ... </seed:think>"),
         ReasoningFamily(name="minimax-m3", start="<mm:think>", end="</mm:think>", detect=is_minimax_m3, order=50,
                         description="MiniMax-M3: <mm:think> ... </mm:think>"),
+        ReasoningFamily(name="cohere2-moe", start="<|START_THINKING|>", end="<|END_THINKING|>",
+                        content_start="<|START_TEXT|>", content_end="<|END_TEXT|>", detect=is_cohere2_moe, order=60,
+                        description="Cohere2 MoE: <|START_THINKING|> ..., the answer in <|START_TEXT|> ..."),
+        ReasoningFamily(name="command-r7b", start="<|START_THINKING|>", end="<|END_THINKING|>",
+                        content_start="<|START_RESPONSE|>", content_end="<|END_RESPONSE|>", detect=is_command_r7b,
+                        order=70, description="Command R7B, Command A: <|START_THINKING|> ..., the answer in "
+                                              "<|START_RESPONSE|> ..."),
+        ReasoningFamily(name="kimi-k3", start="<|open|>think<|sep|>", end="<|close|>think<|sep|>",
+                        content_start="<|open|>response<|sep|>", content_end="<|close|>response<|sep|>",
+                        detect=is_kimi_k3, order=80, description="Kimi K3: the think section, then the response"),
         ReasoningFamily(name="think", start="<think>", end="</think>", detect=is_think, order=100,
                         description="DeepSeek-R1, Qwen3, QwQ, SmolLM3...: <think> ... </think>"),
     ]
 
 
-__all__ = ["is_gemma4", "is_gpt_oss", "is_minimax_m3", "is_mistral", "is_seed_oss", "is_think"]
+__all__ = ["is_cohere2_moe", "is_command_r7b", "is_gemma4", "is_gpt_oss", "is_kimi_k3", "is_minimax_m3", "is_mistral",
+           "is_seed_oss", "is_think"]

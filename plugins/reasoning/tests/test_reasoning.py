@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+import attrs
 import pytest
 
 from llama_cpp import Llama
@@ -23,6 +24,11 @@ FAMILIES = {
                 "<|channel|>analysis<|message|>abc<|end|><|start|>assistant<|channel|>final<|message|>answer"),
     "gemma4": ("google-gemma-4-31B-it.jinja", "<|channel>thought\nabc<channel|>answer"),
     "mistral": ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "[THINK]abc[/THINK]answer"),
+    # the answer in markers of its own (the generation prompts of Cohere2 MoE and Kimi K3 open the block)
+    "cohere2-moe": ("Cohere2MoE.jinja", "abc<|END_THINKING|><|START_TEXT|>answer<|END_TEXT|>"),
+    "command-r7b": ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+                    "<|START_THINKING|>abc<|END_THINKING|><|START_RESPONSE|>answer<|END_RESPONSE|>"),
+    "kimi-k3": ("Kimi-K3.jinja", "abc<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>response<|sep|>"),
 }
 HI = [{"role": "user", "content": "hi"}]
 # tokens enough for every forced reply however the random model spells it (a character a token on one
@@ -41,7 +47,7 @@ def model_of(tiny_model_factory: Callable[..., Path]) -> Callable[[str], Llama]:
     def get(family: str) -> Llama:
         if family not in made:
             path = tiny_model_factory(chat_template=template(FAMILIES[family][0]))
-            made[family] = Llama(str(path), n_ctx=512, verbose=False)
+            made[family] = Llama(str(path), n_ctx=1024, verbose=False)  # (Command R7B's preamble: 650 tokens)
         return made[family]
 
     yield get
@@ -97,7 +103,10 @@ def test_none_leaves_everything_in_content(model_of: Callable[[str], Llama], fam
 # how each family's reply goes on after a continued message's thinking ("Let me"), and ends it
 GOES_ON = {"think": " see</think>answer",
            "gpt-oss": " see<|end|><|start|>assistant<|channel|>final<|message|>answer",
-           "gemma4": " see<channel|>answer", "mistral": " see[/THINK]answer"}
+           "gemma4": " see<channel|>answer", "mistral": " see[/THINK]answer",
+           "cohere2-moe": " see<|END_THINKING|><|START_TEXT|>answer<|END_TEXT|>",
+           "command-r7b": " see<|END_THINKING|><|START_RESPONSE|>answer<|END_RESPONSE|>",
+           "kimi-k3": " see<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>response<|sep|>"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -117,6 +126,29 @@ def test_a_continued_thinking_goes_on_in_reasoning_content(model_of: Callable[[s
     else:
         message = out["choices"][0]["message"]
         assert (message["reasoning_content"], message["content"]) == (" see", "answer")
+
+
+# family -> the template variables and a reply that answers at once, in the family's answer markers
+ANSWERS_FIRST = {"gpt-oss": ({}, "<|channel|>final<|message|>answer"),
+                 "cohere2-moe": ({"reasoning": False}, "<|START_TEXT|>answer<|END_TEXT|>"),
+                 "command-r7b": ({}, "<|START_RESPONSE|>answer<|END_RESPONSE|>"),
+                 "kimi-k3": ({"thinking": False}, "answer<|close|>response<|sep|>")}
+
+
+@pytest.mark.parametrize("family", ANSWERS_FIRST)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_without_thinking_loses_its_markers(model_of: Callable[[str], Llama], family: str,
+                                                     stream: bool) -> None:
+    """A reply that begins with its answer's marker (or, where the generation prompt wrote it, with the
+    answer): the answer alone, as llama-server gives it."""
+    template_kwargs, reply = ANSWERS_FIRST[family]
+    out = model_of(family).create_chat_completion(HI, grammar=forced(reply), temperature=0, max_tokens=LIMIT,
+                                                  reasoning_format="auto", chat_template_kwargs=template_kwargs,
+                                                  stream=stream)
+    if stream:
+        assert streamed(out) == ("", "answer", ["content"])
+    else:
+        assert out["choices"][0]["message"] == {"role": "assistant", "content": "answer"}
 
 
 def test_a_continued_answer_goes_on_in_content(model_of: Callable[[str], Llama]) -> None:
@@ -242,6 +274,24 @@ def test_an_opened_block_and_pieces_that_cut_the_markers() -> None:
     assert "".join(t for k, t in pieces if k == "reasoning") == "\nabc"
     assert "".join(t for k, t in pieces if k == "content") == "answer"
     assert all("<" not in t for _, t in pieces)
+
+
+def test_the_answers_markers_and_what_follows_its_end_are_dropped_whatever_the_pieces() -> None:
+    """Cohere2 MoE's answer ends at ``<|END_TEXT|>``: the turn's closing markers may follow, never answer text
+    (llama.cpp's parser allows only them); no piece carries part of a marker."""
+    markers = Markers(start="<|START_THINKING|>", end="<|END_THINKING|>", content_start="<|START_TEXT|>",
+                      content_end="<|END_TEXT|>", leading_content_start="<|START_TEXT|>", opened=True)
+    reply = "abc<|END_THINKING|><|START_TEXT|>ans<wer><|END_TEXT|><|END_OF_TURN_TOKEN|>"
+    assert split_reasoning(reply, markers) == ("abc", "ans<wer>")
+    for size in (1, 2, 3, 5, 7):
+        splitter = ReasoningSplitter(markers)
+        pieces = [p for at in range(0, len(reply), size) for p in splitter.feed(reply[at:at + size])]
+        pieces += splitter.finish()
+        assert "".join(t for k, t in pieces if k == "reasoning") == "abc"
+        assert "".join(t for k, t in pieces if k == "content") == "ans<wer>"
+        assert not any("|" in t for _, t in pieces)
+    assert split_reasoning("<|START_TEXT|>answer", attrs.evolve(markers, opened=False)) == ("", "answer")
+    assert split_reasoning("<|START_TEXT", attrs.evolve(markers, opened=False)) == ("", "<|START_TEXT")
 
 
 def test_a_plugin_adds_a_family(tiny_model_factory: Callable[..., Path]) -> None:
