@@ -124,12 +124,17 @@ def model_family(llama: Any, template: str | None = None) -> ReasoningFamily | N
 
 
 def opens_in_prompt(prompt: str, family: ReasoningFamily, continued: str = "") -> bool:
-    """Whether a rendered prompt ends inside an opened block (the template wrote ``start`` last: Qwen3's
-    and DeepSeek-R1's thinking templates; or a continued message's thinking, ``continued``, follows it), so
-    that the reply begins with thinking and no ``start``."""
+    """Whether a rendered prompt ends inside an opened block (the template wrote ``start`` last, or ``start``
+    and the family's ``start_preamble``: Qwen3's and DeepSeek-R1's thinking templates, Apriel 1.6's; or a
+    continued message's thinking, ``continued``, follows it), so that the reply begins with thinking and no
+    ``start``."""
     if continued and prompt.endswith(continued):
         prompt = prompt[:-len(continued)]
-    return prompt.rstrip().endswith(family.start.strip())
+    prompt = prompt.rstrip()
+    preamble = family.start_preamble.strip()
+    if preamble and prompt.endswith(preamble):
+        prompt = prompt[:-len(preamble)].rstrip()
+    return prompt.endswith(family.start.strip())
 
 
 _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r"}

@@ -102,6 +102,8 @@ REAL_REPLIES = {
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (
         "<|START_THINKING|>abc<|END_THINKING|><|START_RESPONSE|>answer<|END_RESPONSE|>", "abc"),
     "Kimi-K3": ("abc<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>response<|sep|>", "abc"),
+    # the turn is the thinking, its generation prompt's preamble included
+    "Apriel-1.6-15b-Thinker-fixed": ("abc\n[BEGIN FINAL RESPONSE]\nanswer", "Here are my reasoning steps:\nabc\n"),
 }
 # and a reply that answers at once, in the answer's markers (with thinking turned off where the template's
 # generation prompt would open it): the template variables, the reply

@@ -132,6 +132,10 @@ class ReasoningFamily:
     #: repeats it); None: read from the template's source, which shows it unless the marker is a variable
     start_space: str | None = None
     end_space: str | None = None
+    #: what a generation prompt that opens the block writes after ``start`` (Apriel 1.6's ``<|begin_assistant|>``
+    #: then "Here are my reasoning steps:"): the reply then begins inside the block, and the preamble is
+    #: thinking, as llama-server counts it
+    start_preamble: str = ""
 
 
 RECORD_TYPES = (SamplerStage, ChatFormat, MultimodalHandler, SpeculativeEngine, CacheStrategy, SchedulingPolicy,

@@ -59,6 +59,11 @@ def is_kimi_k3(facts: TemplateFacts) -> bool:
     return facts.mentions("<|open|>", "<|close|>", "<|end_of_msg|>")
 
 
+def is_apriel(facts: TemplateFacts) -> bool:
+    """Apriel 1.6: the assistant's turn is its thinking until ``[BEGIN FINAL RESPONSE]``."""
+    return facts.mentions("<|begin_assistant|>", "[BEGIN FINAL RESPONSE]")
+
+
 def is_think(facts: TemplateFacts) -> bool:
     """DeepSeek-R1 (and its distills), Qwen3, QwQ, SmolLM3...: a ``<think>`` block; and Kimi K2, whose
     templates do not write it (llama.cpp's Kimi K2 parser, keyed on its tool-call section markers, reads it)."""
@@ -91,10 +96,13 @@ def llama_cpp_reasoning_families() -> list[ReasoningFamily]:
         ReasoningFamily(name="kimi-k3", start="<|open|>think<|sep|>", end="<|close|>think<|sep|>",
                         content_start="<|open|>response<|sep|>", content_end="<|close|>response<|sep|>",
                         detect=is_kimi_k3, order=80, description="Kimi K3: the think section, then the response"),
+        ReasoningFamily(name="apriel", start="<|begin_assistant|>", end="[BEGIN FINAL RESPONSE]",
+                        start_preamble="Here are my reasoning steps:\n", detect=is_apriel, order=90,
+                        description="Apriel 1.6: the turn thinks until [BEGIN FINAL RESPONSE]"),
         ReasoningFamily(name="think", start="<think>", end="</think>", detect=is_think, order=100,
                         description="DeepSeek-R1, Qwen3, QwQ, SmolLM3...: <think> ... </think>"),
     ]
 
 
-__all__ = ["is_cohere2_moe", "is_command_r7b", "is_gemma4", "is_gpt_oss", "is_kimi_k3", "is_minimax_m3", "is_mistral",
+__all__ = ["is_apriel", "is_cohere2_moe", "is_command_r7b", "is_gemma4", "is_gpt_oss", "is_kimi_k3", "is_minimax_m3", "is_mistral",
            "is_seed_oss", "is_think"]
