@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from typing import Any, Iterable, Iterator
 
 _preserved: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("llama_cpp_preserved_tokens",
@@ -31,9 +32,21 @@ def current_preserved() -> frozenset[int]:
     return _preserved.get()
 
 
+_found: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], frozenset[int]]] = weakref.WeakKeyDictionary()
+
+
 def control_tokens_of(llama: Any, texts: Iterable[str]) -> frozenset[int]:
     """The control tokens ``texts`` are spelled with in ``llama``'s vocabulary: tokens with a text of their
-    own that the detokenizer leaves out."""
+    own that the detokenizer leaves out.  Asked once per model and set of texts (a request that offers tools
+    asks it for every call style's markers): the vocabulary does not change."""
+    key = tuple(texts)
+    per_model = _found.setdefault(llama, {})
+    if key not in per_model:
+        per_model[key] = _control_tokens(llama, key)
+    return per_model[key]
+
+
+def _control_tokens(llama: Any, texts: tuple[str, ...]) -> frozenset[int]:
     found: set[int] = set()
     for text in texts:
         if not text:

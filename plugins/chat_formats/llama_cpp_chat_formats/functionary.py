@@ -39,7 +39,7 @@ from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from .formats import message_role, message_text
 from .handler import completion_arguments, response_format_grammar, tokenize_prompt, tools_of, user_stops
 from .streaming import CallSyntax, stream_auto_reply, stream_forced_call
-from .tool_calls import make_tool_call, tool_names
+from .call_values import make_tool_call, tool_names
 from .typescript_schema import functions_namespace
 
 # the system prompt functionary models were trained with (it follows the function definitions)

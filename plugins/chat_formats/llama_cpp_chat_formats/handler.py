@@ -19,10 +19,10 @@ from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
 from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
 from llama_cpp.sampling import SAMPLING_FIELDS
 
+from .call_values import make_tool_call
 from .continuation import ContinueMode, continue_message, template_thinking_markers
 from .streaming import stream_auto_reply, stream_wrapped_call
-from .tool_calls import (SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, make_tool_call,
-                         parse_tool_calls)
+from .tool_calls import SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -18,13 +19,8 @@ from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import chat_logprobs
 
-# text that opens a tool call in one of the styles tool_calls.parse_tool_calls reads
-CALL_MARKERS = ("<tool_call>", "[TOOL_CALLS]", "functools[", "<function=", "<|python_tag|>", ">>>", "functions.",
-                "<|tool_call>",  # Gemma 4
-                # gpt-oss: a message to a function, from its header on (a final answer's header is streamed)
-                "<|start|>assistant to=", "<|start|>assistant<|channel|>commentary to=",
-                "<|start|>assistant<|channel|>analysis to=", "<|channel|>commentary to=", "<|channel|>analysis to=",
-                " to=functions.")
+from .tool_calls import CALL_MARKERS
+
 
 Chunk = dict[str, Any]
 
@@ -139,22 +135,31 @@ class CallSyntax:
     bare_json: bool = True  # a reply that begins with "{" may be a call (Llama 3.x)
 
 
+@functools.lru_cache(maxsize=32)
+def _scanner(markers: tuple[str, ...]) -> tuple[re.Pattern[str], frozenset[str], int]:
+    """One search for all of ``markers``, the set of their proper beginnings, and the longest one's length: a
+    streamed token costs the same however many call styles there are."""
+    pattern = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+    beginnings = frozenset(m[:k] for m in markers for k in range(1, len(m)))
+    return pattern, beginnings, max(map(len, markers), default=0)
+
+
 def _text_end(text: str, start: int, markers: tuple[str, ...]) -> tuple[int, bool]:
     """How far ``text`` is surely text, and whether a marker has appeared (from ``start`` on).
 
     A marker's beginning at the very end is held back until the next piece
     tells whether it grows into the marker.
     """
-    cut, found = len(text), False
-    for marker in markers:
-        at = text.find(marker, start)
-        if at >= 0:
-            cut, found = min(cut, at), True
-        for k in range(min(len(marker) - 1, len(text) - start), 0, -1):
-            if text.endswith(marker[:k]):
-                cut = min(cut, len(text) - k)
-                break
-    return cut, found
+    if not markers:
+        return len(text), False
+    pattern, beginnings, longest = _scanner(markers)
+    found = pattern.search(text, start)
+    cut = found.start() if found else len(text)
+    for k in range(min(longest - 1, len(text) - start), 0, -1):
+        if text[len(text) - k:] in beginnings:
+            cut = min(cut, len(text) - k)
+            break
+    return cut, found is not None
 
 
 def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],

@@ -5,7 +5,7 @@ OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
 
 * Hermes / Qwen 2.5-3: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several = parallel)
 * Qwen3-Coder: ``<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>``
-* Mistral: ``[TOOL_CALLS]NAME[ARGS]{...}`` and the older ``[TOOL_CALLS][{"name": ..., "arguments": ...}]``
+* Mistral: ``[TOOL_CALLS]NAME[ARGS]{...}`` (Mistral Small 3.2: ``NAME[CALL_ID]ID[ARGS]``) and the older ``[TOOL_CALLS][{"name": ..., "arguments": ...}]``
 * Llama 3.x: a JSON object ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``)
 * functionary v3.2: ``>>>NAME\\n{...}``, with ``>>>all\\n`` before text
 * functionary v3.1 / Llama 3.1 custom tools: ``<function=NAME>{...}</function>``
@@ -15,6 +15,12 @@ OpenAI ``tool_calls`` when it matches one of them, for a tool that was offered:
   recipient in the role header: ``<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}``
 * Gemma 4: ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:1,flags:[true]}<tool_call|>`` (its own value syntax:
   bare keys, strings between ``<|"|>``)
+* the families with markers of their own: DeepSeek, Kimi K2, Solar Open and the JSON lists between markers
+  (:mod:`.marked_json_calls`); GLM, MiniMax-M2, DeepSeek V3.2/V4, Seed-OSS, MiniCPM 5 and Hunyuan 3, whose
+  arguments are tagged one by one (:mod:`.tagged_calls`); LFM2's Python calls (:mod:`.pythonic_calls`)
+
+Each style is a :class:`ToolCallStyle`: its reader, the texts that open its calls (a stream holds the reply
+back from the first, :data:`CALL_MARKERS`) and its markers' texts; they are tried in :data:`STYLES`' order.
 
 Several of these markers are control tokens in their models' vocabularies (gpt-oss's ``<|channel|>``,
 Mistral's ``[TOOL_CALLS]``...), which the detokenizer leaves out of the text: while tools are offered, a
@@ -28,13 +34,17 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from typing import Any
+from typing import Any, Callable
+
+import attrs
+
+from . import marked_json_calls, pythonic_calls, tagged_calls
+from .call_values import OfferedTools, json_values, make_tool_call, named_call, scalar
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*</function>", re.S)
 _QWEN_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)\n?</parameter>", re.S)
-_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
+_MISTRAL_ARGS = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\][^\[]*)?\[ARGS\]")
 _RECIPIENT = re.compile(r">>>\s*([A-Za-z0-9_.\-]+)[ \t]*\n")
 _CHATML_FC = re.compile(r"functions\.([A-Za-z0-9_.\-]+):\s*\n")
 _FUNCTION_TAG = re.compile(r"<function=([A-Za-z0-9_.\-]+)>")
@@ -47,66 +57,18 @@ _GEMMA4_CALL = re.compile(r"<\|tool_call>call:([^{\s]+)")
 _GEMMA4_QUOTE = '<|"|>'
 _GEMMA4_SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")  # JSON's, as Gemma 4 writes them
 
-#: The text of the call syntaxes' markers, kept in a reply while tools are offered where they are control tokens.
-SYNTAX_TOKENS = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>",  # gpt-oss
-                 "<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE, "<|channel>", "<channel|>",  # Gemma 4
-                 "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>")
-
-
-def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
-    return [t["function"]["name"] for t in tools or () if isinstance(t, dict) and "function" in t]
-
-
-def make_tool_call(name: str, arguments: Any) -> dict[str, Any]:
-    """An OpenAI tool_calls entry (arguments as a JSON string, as OpenAI sends them)."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def _json_values(text: str) -> list[tuple[Any, int, int]]:
-    """Every JSON value that starts at a '{' or '[' in ``text``: (value, start, end)."""
-    decoder = json.JSONDecoder()
-    found, i = [], 0
-    while i < len(text):
-        if text[i] in "{[":
-            try:
-                value, end = decoder.raw_decode(text, i)
-                found.append((value, i, end))
-                i = end
-                continue
-            except json.JSONDecodeError:
-                pass
-        i += 1
-    return found
-
-
-def _scalar(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def _named(obj: Any, names: list[str]) -> dict[str, Any] | None:
-    """A ``{"name": N, "arguments"|"parameters": {...}}`` object for an offered tool."""
-    if isinstance(obj, dict) and obj.get("name") in names:
-        args = obj.get("arguments", obj.get("parameters", {}))
-        return make_tool_call(obj["name"], args if args is not None else {})
-    return None
-
-
-def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_hermes(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     blocks = list(_HERMES.finditer(text))
     calls = []
     for block in blocks:
         body = block.group(1)
         xml = _QWEN_XML_FUNCTION.search(body)
-        if xml and xml.group(1) in names:
-            params = {k: _scalar(v) for k, v in _QWEN_XML_PARAMETER.findall(xml.group(2))}
+        if xml and xml.group(1) in offered:
+            params = {k: scalar(v) for k, v in _QWEN_XML_PARAMETER.findall(xml.group(2))}
             calls.append(make_tool_call(xml.group(1), params))
             continue
-        values = _json_values(body)
-        call = _named(values[0][0], names) if values else None
+        values = json_values(body)
+        call = named_call(values[0][0], offered) if values else None
         if call:
             calls.append(call)
     if not calls:
@@ -114,54 +76,54 @@ def _parse_hermes(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]
     return text[: blocks[0].start()].strip(), calls
 
 
-def _parse_mistral(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_mistral(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     at = text.find("[TOOL_CALLS]")
     if at < 0:
         return None
     calls = []
     for match in _MISTRAL_ARGS.finditer(text):
-        values = _json_values(text[match.end():])
-        if match.group(1) in names and values and values[0][1] == 0:
+        values = json_values(text[match.end():])
+        if match.group(1) in offered and values and values[0][1] == 0:
             calls.append(make_tool_call(match.group(1), values[0][0]))
     if not calls:
-        values = _json_values(text[at + len("[TOOL_CALLS]"):])
+        values = json_values(text[at + len("[TOOL_CALLS]"):])
         if values and isinstance(values[0][0], list):
-            calls = [c for c in (_named(v, names) for v in values[0][0]) if c]
+            calls = [c for c in (named_call(v, offered) for v in values[0][0]) if c]
     return (text[:at].strip(), calls) if calls else None
 
 
-def _parse_prefixed(text: str, names: list[str], pattern: re.Pattern[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_prefixed(text: str, offered: OfferedTools, pattern: re.Pattern[str]) -> tuple[str, list[dict[str, Any]]] | None:
     calls, first = [], None
     for match in pattern.finditer(text):
-        values = _json_values(text[match.end():])
-        if match.group(1) in names and values and not text[match.end():match.end() + values[0][1]].strip():
+        values = json_values(text[match.end():])
+        if match.group(1) in offered and values and not text[match.end():match.end() + values[0][1]].strip():
             calls.append(make_tool_call(match.group(1), values[0][0]))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
 
 
-def _parse_function_tags(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_function_tags(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     calls, first = [], None
     for match in _FUNCTION_TAG.finditer(text):
-        values = _json_values(text[match.end():])
-        if match.group(1) in names and values and values[0][1] == 0:
+        values = json_values(text[match.end():])
+        if match.group(1) in offered and values and values[0][1] == 0:
             calls.append(make_tool_call(match.group(1), values[0][0]))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
 
 
-def _parse_functools(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_functools(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     at = text.find("functools[")
     if at < 0:
         return None
-    values = _json_values(text[at + len("functools"):])
+    values = json_values(text[at + len("functools"):])
     if not values or values[0][1] != 0 or not isinstance(values[0][0], list):
         return None
-    calls = [c for c in (_named(v, names) for v in values[0][0]) if c]
+    calls = [c for c in (named_call(v, offered) for v in values[0][0]) if c]
     return (text[:at].strip(), calls) if calls else None
 
 
-def _parse_harmony(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_harmony(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     """gpt-oss: each message addressed ``to=functions.NAME`` whose arguments are JSON; the text before the first
     (its analysis and commentary messages, which the reasoning split reads) stays."""
     if "to=functions." not in text:
@@ -169,14 +131,14 @@ def _parse_harmony(text: str, names: list[str]) -> tuple[str, list[dict[str, Any
     calls, first = [], None
     for match in _HARMONY_CALL.finditer(text):
         name = match.group("in_role") or match.group("in_channel")
-        values = _json_values(text[match.end():])
-        if name in names and values and values[0][1] == 0:
+        values = json_values(text[match.end():])
+        if name in offered and values and values[0][1] == 0:
             calls.append(make_tool_call(name, values[0][0]))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
 
 
-def _parse_gemma4(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_gemma4(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     """Gemma 4: ``<|tool_call>call:NAME{...}<tool_call|>`` blocks, their arguments in Gemma's value syntax."""
     if "<|tool_call>" not in text:
         return None
@@ -186,7 +148,7 @@ def _parse_gemma4(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]
             arguments, end = _gemma4_value(text, match.end())
         except ValueError:
             continue
-        if match.group(1) in names and isinstance(arguments, dict) and text.startswith("<tool_call|>", end):
+        if match.group(1) in offered and isinstance(arguments, dict) and text.startswith("<tool_call|>", end):
             calls.append(make_tool_call(match.group(1), arguments))
             first = match.start() if first is None else first
     return (text[:first].strip(), calls) if calls else None
@@ -235,7 +197,7 @@ def _skip_space(text: str, i: int) -> int:
     return i
 
 
-def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_recipients(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     """functionary v3.2: messages ``>>>RECIPIENT\\n...``; ``all`` is text, an offered function a call."""
     if ">>>" not in text:
         return None
@@ -245,8 +207,8 @@ def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict[str, 
     texts, calls = [text[:heads[0].start()]], []
     for head, after in zip(heads, [*heads[1:], None]):
         body = text[head.end():after.start() if after else len(text)]
-        values = _json_values(body)
-        if head.group(1) in names and values and not body[:values[0][1]].strip():
+        values = json_values(body)
+        if head.group(1) in offered and values and not body[:values[0][1]].strip():
             calls.append(make_tool_call(head.group(1), values[0][0]))
         elif head.group(1) == "all":
             texts.append(body)
@@ -255,31 +217,76 @@ def _parse_recipients(text: str, names: list[str]) -> tuple[str, list[dict[str, 
     return "".join(texts).strip(), calls
 
 
-def _parse_llama3(text: str, names: list[str]) -> tuple[str, list[dict[str, Any]]] | None:
+def _parse_llama3(text: str, offered: OfferedTools) -> tuple[str, list[dict[str, Any]]] | None:
     body = text.split("<|python_tag|>", 1)[-1]
-    values = _json_values(body)
+    values = json_values(body)
     if not values or body[: values[0][1]].strip():
         return None
-    calls = [c for c in (_named(v[0], names) for v in values) if c]
+    calls = [c for c in (named_call(v[0], offered) for v in values) if c]
     return ("", calls) if calls else None
+
+
+Parsed = tuple[str, list[dict[str, Any]]]
+
+
+@attrs.frozen
+class ToolCallStyle:
+    """One way models write tool calls: ``parse(text, offered)`` gives (the text before the calls, the calls of
+    offered tools), or None where the reply holds none in this style; ``opens``, the texts that begin such a
+    call; ``tokens``, its markers' texts, kept in a reply while tools are offered where they are control
+    tokens (as llama-server keeps its formats' preserved tokens)."""
+
+    name: str
+    parse: Callable[[str, OfferedTools], Parsed | None]
+    opens: tuple[str, ...]
+    tokens: tuple[str, ...] = ()
+
+
+_GPT_OSS_TOKENS = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>")
+
+#: every style, in the order they are tried: those with markers of their own first, bare JSON last
+STYLES = (
+    # gpt-oss: a message to a function, from its header on (a final answer's header is streamed)
+    ToolCallStyle("harmony", _parse_harmony, ("<|start|>assistant to=", "<|start|>assistant<|channel|>commentary to=",
+                                              "<|start|>assistant<|channel|>analysis to=", "<|channel|>commentary to=",
+                                              "<|channel|>analysis to=", " to=functions."), _GPT_OSS_TOKENS),
+    ToolCallStyle("gemma4", _parse_gemma4, ("<|tool_call>",),
+                  ("<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE, "<|channel>", "<channel|>")),
+    ToolCallStyle("deepseek", marked_json_calls.parse_deepseek, ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")),
+    ToolCallStyle("kimi-k2", marked_json_calls.parse_kimi_k2, ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")),
+    ToolCallStyle("solar", marked_json_calls.parse_solar, ("<|tool_calls|>", "<|tool_call:begin|>")),
+    ToolCallStyle("hermes", _parse_hermes, ("<tool_call>",), ("<tool_call>", "</tool_call>")),
+    ToolCallStyle("tagged", tagged_calls.parse_glm, tagged_calls.OPENERS),
+    ToolCallStyle("invoke", tagged_calls.parse_invoke, tagged_calls.OPENERS),
+    ToolCallStyle("seed", tagged_calls.parse_seed, tagged_calls.OPENERS),
+    ToolCallStyle("minicpm", tagged_calls.parse_minicpm, tagged_calls.OPENERS, tagged_calls.TOKENS),
+    ToolCallStyle("json-blocks", marked_json_calls.parse_json_blocks,
+                  tuple(opening for opening, _ in marked_json_calls.JSON_CALL_BLOCKS), marked_json_calls.TOKENS),
+    ToolCallStyle("pythonic", pythonic_calls.parse_pythonic, (pythonic_calls.OPENER,), pythonic_calls.TOKENS),
+    ToolCallStyle("mistral", _parse_mistral, ("[TOOL_CALLS]",), ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]")),
+    ToolCallStyle("functools", _parse_functools, ("functools[",)),
+    ToolCallStyle("function-tags", _parse_function_tags, ("<function=",)),
+    ToolCallStyle("llama3", _parse_llama3, ("<|python_tag|>",), ("<|python_tag|>",)),  # (and a leading "{")
+    # functionary v3.2: also a text-only reply, whose ">>>all" is not part of the text
+    ToolCallStyle("recipients", _parse_recipients, (">>>",)),
+    ToolCallStyle("chatml-function-calling", lambda text, offered: _parse_prefixed(text, offered, _CHATML_FC),
+                  ("functions.",)),
+)
+
+#: the texts that open a tool call in one of the styles, and the markers' texts of all of them
+CALL_MARKERS = tuple(dict.fromkeys(marker for style in STYLES for marker in style.opens))
+SYNTAX_TOKENS = tuple(dict.fromkeys(token for style in STYLES for token in style.tokens))
 
 
 def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str | None, list[dict[str, Any]]]:
     """(remaining content or None, tool_calls) of a reply; no calls when nothing matches an offered tool."""
-    names = tool_names(tools)
-    if not names:
+    offered = OfferedTools(tools)
+    if not offered:
         return text, []
-    for parser in (_parse_harmony, _parse_gemma4, _parse_hermes, _parse_mistral, _parse_functools,
-                   _parse_function_tags, _parse_llama3):
-        parsed = parser(text, names)
-        if parsed:
+    for style in STYLES:
+        parsed = style.parse(text, offered)
+        if parsed is not None:
             return parsed[0] or None, parsed[1]
-    recipients = _parse_recipients(text, names)
-    if recipients is not None:  # also a text-only reply, whose ">>>all" is not part of the text
-        return recipients[0] or None, recipients[1]
-    parsed = _parse_prefixed(text, names, _CHATML_FC)
-    if parsed:
-        return parsed[0] or None, parsed[1]
     return text, []
 
 

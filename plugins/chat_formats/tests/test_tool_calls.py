@@ -33,6 +33,8 @@ RECORDED = {
     "mistral": ('[TOOL_CALLS]special_function[ARGS]{"arg1": 1}[TOOL_CALLS]special_function_with_opt[ARGS]'
                 '{"arg1": 1, "arg2": 2}', None, [("special_function", {"arg1": 1}),
                                                  ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "mistral-call-id": ('[TOOL_CALLS]special_function[CALL_ID]a1b2c3d4e[ARGS]{"arg1": 1}', None,
+                        [("special_function", {"arg1": 1})]),
     "mistral-list": ('[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}}]', None,
                      [("special_function", {"arg1": 1})]),
     "llama-3": ('{"name": "special_function", "parameters": {"arg1": 1}}', None, [("special_function", {"arg1": 1})]),
@@ -70,10 +72,58 @@ RECORDED = {
                       'flags:[true,false,null],nested:{k:<|"|>v<|"|>},empty:{}}<tool_call|>', None,
                       [("special_function", {"arg1": -25.0, "note": 'a "quoted", {text}', "flags": [True, False, None],
                                              "nested": {"k": "v"}, "empty": {}})]),
+    # the families with markers of their own, as their templates write a call
+    "deepseek-r1": ("Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n```json\n"
+                    '{"arg1": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>', "Sure.", [("special_function", {"arg1": 1})]),
+    "deepseek-v3.1": ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>special_function<｜tool▁sep｜>{"arg1": 1}<｜tool▁call▁end｜>'
+                      '<｜tool▁call▁begin｜>special_function_with_opt<｜tool▁sep｜>{"arg1": 1, "arg2": 2}<｜tool▁call▁end｜>'
+                      "<｜tool▁calls▁end｜>", None, [("special_function", {"arg1": 1}),
+                                                    ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "kimi-k2": ('<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0<|tool_call_argument_begin|>'
+                '{"arg1": 1}<|tool_call_end|><|tool_calls_section_end|>', None, [("special_function", {"arg1": 1})]),
+    "solar-open": ('<|tool_calls|><|tool_call:begin|>call00001<|tool_call:name|>special_function<|tool_call:args|>'
+                   '{"arg1": 1}<|tool_call:end|><|calls|>', None, [("special_function", {"arg1": 1})]),
+    "glm": ("Let me check.\n<tool_call>special_function_with_opt\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n"
+            "<arg_key>arg2</arg_key>\n<arg_value>2</arg_value>\n</tool_call>", "Let me check.",
+            [("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "glm-no-arguments": ("<tool_call>special_function</tool_call>", None, [("special_function", {})]),
+    "hunyuan-3": ("<tool_calls:opensource>\n<tool_call:opensource>special_function<tool_sep:opensource>\n"
+                  "<arg_key:opensource>arg1</arg_key:opensource>\n<arg_value:opensource>1</arg_value:opensource>\n"
+                  "</tool_call:opensource>\n</tool_calls:opensource>", None, [("special_function", {"arg1": 1})]),
+    "minimax-m2": ('<minimax:tool_call>\n<invoke name="special_function">\n<parameter name="arg1">1</parameter>\n'
+                   "</invoke>\n</minimax:tool_call>", None, [("special_function", {"arg1": 1})]),
+    "deepseek-v3.2": ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="special_function">\n<｜DSML｜parameter name="arg1" '
+                      'string="false">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>', None,
+                      [("special_function", {"arg1": 1})]),
+    "seed-oss": ("<seed:tool_call>\n<function=special_function>\n<parameter=arg1>1</parameter>\n</function>\n"
+                 "</seed:tool_call>", None, [("special_function", {"arg1": 1})]),
+    "minicpm-5": ('<function name="special_function"><param name="arg1">1</param></function>', None,
+                  [("special_function", {"arg1": 1})]),
+    "nemotron-nano-v2": ('<TOOLCALL>[{"name": "special_function", "arguments": {"arg1": 1}}]</TOOLCALL>', None,
+                         [("special_function", {"arg1": 1})]),
+    "apriel": ('<tool_calls>[{"name": "special_function", "arguments": {"arg1": 1}}]</tool_calls>', None,
+               [("special_function", {"arg1": 1})]),
+    "minimax-m1": ('<tool_calls>\n{"name": "special_function", "arguments": {"arg1": 1}}\n{"name": '
+                   '"special_function_with_opt", "arguments": {"arg1": 1, "arg2": 2}}\n</tool_calls>', None,
+                   [("special_function", {"arg1": 1}), ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
+    "command-r7b": ('<|START_THINKING|>Plan.<|END_THINKING|><|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": '
+                    '"special_function", "parameters": {"arg1": 1}}\n]<|END_ACTION|>',
+                    "<|START_THINKING|>Plan.<|END_THINKING|>", [("special_function", {"arg1": 1})]),
+    "apertus": ('<|tools_prefix|>[{"special_function": {"arg1": 1}}]<|tools_suffix|>', None,
+                [("special_function", {"arg1": 1})]),
+    "gigachat-3.1": ('<|function_call|>{"name": "special_function", "arguments": {"arg1": 1}}', None,
+                     [("special_function", {"arg1": 1})]),
+    "lfm2": ("<|tool_call_start|>[special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)]"
+             "<|tool_call_end|>", None, [("special_function", {"arg1": 1}),
+                                         ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
 }
 
 
 @pytest.mark.parametrize("text", [
+    "<|tool_call_start|>[special_function(arg1=__import__('os').getpid())]<|tool_call_end|>",  # not a literal
+    "<|tool_call_start|>[special_function(1)]<|tool_call_end|>",  # positional: no parameter names
+    "<tool_call>unknown_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+    '<|tools_prefix|>[{"unknown_function": {"arg1": 1}}]<|tools_suffix|>',
     '<|tool_call>call:special_function{arg1:<|"|>unterminated}<tool_call|>',  # a string that never closes
     "<|tool_call>call:special_function{arg1:1",  # cut off by max_tokens
     '<|channel|>commentary to=functions.unknown<|message|>{"arg1": 1}',  # not an offered tool
@@ -90,6 +140,18 @@ def test_recorded_replies_are_parsed(style: str) -> None:
     assert got_content == content
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == expected
     assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+
+
+def test_tagged_values_are_read_by_the_parameters_schema() -> None:
+    """A tagged value is text where the parameter is a string (``"007"`` stays a string), JSON where not."""
+    tools = [{"type": "function", "function": {"name": "book", "parameters": {"type": "object", "properties": {
+        "code": {"type": "string"}, "seats": {"type": "integer"}, "tags": {"type": "array"}, "note": {}}}}}]
+    reply = ("<tool_call>book<arg_key>code</arg_key><arg_value>007</arg_value><arg_key>seats</arg_key><arg_value>2"
+             '</arg_value><arg_key>tags</arg_key><arg_value>["a", "b"]</arg_value><arg_key>note</arg_key>'
+             "<arg_value>not json</arg_value></tool_call>")
+    _, calls = parse_tool_calls(reply, tools)
+    assert json.loads(calls[0]["function"]["arguments"]) == {"code": "007", "seats": 2, "tags": ["a", "b"],
+                                                             "note": "not json"}
 
 
 @pytest.mark.parametrize("text", [
@@ -168,6 +230,13 @@ def test_auto_replies_stream_text_at_once_and_tool_calls_parsed_at_the_end(smol:
     llama3_reply = run(['{"name": "special_function",', ' "parameters": {"arg1": 5}}'])
     assert not any(c["choices"][0]["delta"].get("content") for c in llama3_reply)
     assert llama3_reply[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    # every style's opening holds the reply back, cut anywhere (DeepSeek's, in pieces of 3 characters)
+    deepseek = RECORDED["deepseek-r1"][0]
+    deepseek_reply = run([deepseek[i:i + 3] for i in range(0, len(deepseek), 3)])
+    deltas = [c["choices"][0]["delta"] for c in deepseek_reply]
+    assert "".join(d.get("content") or "" for d in deltas) == "Sure."
+    assert [d["tool_calls"][0]["function"]["name"] for d in deltas if "tool_calls" in d] == ["special_function"]
 
 
 def test_legacy_functions_and_bad_choices(smol: Llama) -> None:

@@ -1,0 +1,109 @@
+"""Tool calls whose arguments are written one by one between tags, each value as text.
+
+* GLM 4.5-4.7, Ling 3.0, Laguna, Spark: ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>``,
+  and Hunyuan 3's the same with ``:opensource`` in every tag
+* MiniMax-M2: ``<minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter>...</invoke>``; DeepSeek
+  V3.2 and V4 the same tags behind ``｜DSML｜`` (``string="true"`` on a text value), muse-glimmer's behind ``atem:``
+* Seed-OSS: Qwen3-Coder's ``<function=NAME><parameter=K>V</parameter></function>`` inside ``<seed:tool_call>``
+* MiniCPM 5: ``<function name="NAME"><param name="K">V</param></function>``
+
+Values are read by the tool's parameter schema (:meth:`OfferedTools.argument`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .call_values import OfferedTools, make_tool_call, scalar
+
+Parsed = tuple[str, list[dict[str, Any]]]
+
+
+def _calls_in(text: str, offered: OfferedTools, call: re.Pattern[str], argument: re.Pattern[str],
+              opener: str) -> Parsed | None:
+    """Each match of ``call`` (groups: the tool's name, its body) with its body's ``argument`` matches (groups:
+    key, value, and optionally ``string``, "true" or "false", which says how to read the value); the content
+    is the text before ``opener`` (or the first call)."""
+    calls, first = [], None
+    for match in call.finditer(text):
+        name = match.group("name").strip()
+        if name not in offered:
+            continue
+        arguments: dict[str, Any] = {}
+        for arg in argument.finditer(match.group("body")):
+            key, value = arg.group("key").strip(), arg.group("value")
+            string = arg.groupdict().get("string")
+            arguments[key] = (value if string == "true" else scalar(value) if string == "false"
+                              else offered.argument(name, key, value))
+        calls.append(make_tool_call(name, arguments))
+        first = match.start() if first is None else first
+    if first is None:
+        return None
+    at = text.find(opener)
+    return text[:at if 0 <= at < first else first].strip(), calls
+
+
+def _glm(suffix: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    s = re.escape(suffix)
+    return (re.compile(rf"<tool_call{s}>(?P<name>[^<\n]+?)\s*(?:<tool_sep{s}>)?\s*(?P<body>(?:<arg_key{s}>.*?)?)"
+                       rf"</tool_call{s}>", re.S),
+            re.compile(rf"<arg_key{s}>(?P<key>.*?)</arg_key{s}>\s*<arg_value{s}>(?P<value>.*?)</arg_value{s}>", re.S))
+
+
+_GLM = _glm("")
+_HUNYUAN = _glm(":opensource")
+
+
+def _invoke(prefix: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    p = re.escape(prefix)
+    return (re.compile(rf'<{p}invoke name="(?P<name>[^"]+)">(?P<body>.*?)</{p}invoke>', re.S),
+            re.compile(rf'<{p}parameter name="(?P<key>[^"]+)"(?: string="(?P<string>true|false)")?>\n?(?P<value>.*?)'
+                       rf'\n?</{p}parameter>', re.S))
+
+
+_INVOKE_PREFIXES = {"<minimax:tool_call>": "", "<｜DSML｜": "｜DSML｜", "<atem:function_calls>": "atem:"}
+_INVOKES = {opener: _invoke(prefix) for opener, prefix in _INVOKE_PREFIXES.items()}
+_SEED = (re.compile(r"<function=(?P<name>[^>\s]+)>(?P<body>.*?)</function>", re.S),
+         re.compile(r"<parameter=(?P<key>[^>\s]+)>\n?(?P<value>.*?)\n?</parameter>", re.S))
+_MINICPM = (re.compile(r'<function name="(?P<name>[^"]+)">(?P<body>.*?)</function>', re.S),
+            re.compile(r'<param name="(?P<key>[^"]+)">(?P<value>.*?)</param>', re.S))
+
+
+def parse_glm(text: str, offered: OfferedTools) -> Parsed | None:
+    if "<tool_call>" in text:  # (a call's name must be an offered tool's: a JSON call body is not one)
+        return _calls_in(text, offered, *_GLM, "<tool_call>")
+    if "<tool_call:opensource>" in text:
+        return _calls_in(text, offered, *_HUNYUAN, "<tool_calls:opensource>")
+    return None
+
+
+def parse_invoke(text: str, offered: OfferedTools) -> Parsed | None:
+    for opener, (call, argument) in _INVOKES.items():
+        if opener in text:
+            parsed = _calls_in(text, offered, call, argument, opener)
+            if parsed:
+                return parsed
+    return None
+
+
+def parse_seed(text: str, offered: OfferedTools) -> Parsed | None:
+    if "<seed:tool_call>" not in text:
+        return None
+    return _calls_in(text, offered, *_SEED, "<seed:tool_call>")
+
+
+def parse_minicpm(text: str, offered: OfferedTools) -> Parsed | None:
+    if '<function name="' not in text:
+        return None
+    return _calls_in(text, offered, *_MINICPM, '<function name="')
+
+
+#: the texts that open these calls (a stream holds the reply back from the first), and their markers' texts
+OPENERS = ("<tool_call>", "<tool_call:opensource>", "<tool_calls:opensource>", *_INVOKE_PREFIXES, "<seed:tool_call>",
+           '<function name="')
+TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<seed:tool_call>", "</seed:tool_call>",
+          "<minimax:tool_call>", "</minimax:tool_call>", "<tool_call:opensource>", "</tool_call:opensource>",
+          "<tool_calls:opensource>", "</tool_calls:opensource>", "<tool_sep:opensource>", "｜DSML｜")
+
+__all__ = ["OPENERS", "TOKENS", "parse_glm", "parse_invoke", "parse_minicpm", "parse_seed"]
