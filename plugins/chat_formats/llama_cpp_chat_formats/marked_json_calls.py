@@ -7,7 +7,8 @@
 * a JSON list (or objects) between markers: Nemotron Nano v2's ``<TOOLCALL>[...]</TOOLCALL>``, Apriel's and
   MiniMax-M1's ``<tool_calls>...</tool_calls>``, Command R7B's and Cohere2 MoE's
   ``<|START_ACTION|>[{"tool_name": ...}]<|END_ACTION|>``, Apertus's ``<|tools_prefix|>[{NAME: {...}}]
-  <|tools_suffix|>``, GigaChat 3.1's ``<|function_call|>{...}`` and GigaChat 3's ``function call<|role_sep|>``
+  <|tools_suffix|>``, GigaChat 3.1's ``<|function_call|>{...}``, GigaChat 3's ``function call<|role_sep|>`` and
+  Command R+'s ``Action:`` with a fenced JSON list
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _SOLAR_CALL = re.compile(r"<\|tool_call:begin\|>[^<]*<\|tool_call:name\|>(?P<nam
 #: (opening, closing) markers around a JSON list of calls, or around JSON call objects
 JSON_CALL_BLOCKS = (("<TOOLCALL>", "</TOOLCALL>"), ("<tool_calls>", "</tool_calls>"),
                     ("<|START_ACTION|>", "<|END_ACTION|>"), ("<|tools_prefix|>", "<|tools_suffix|>"),
-                    ("<|function_call|>", ""), ("function call<|role_sep|>", ""))
+                    ("<|function_call|>", ""), ("function call<|role_sep|>", ""), ("Action:\n```json", "```"))
 
 
 def _headed_calls(text: str, offered: OfferedTools, section: str, head: re.Pattern[str],

@@ -6,6 +6,9 @@
   V3.2 and V4 the same tags behind ``｜DSML｜`` (``string="true"`` on a text value), muse-glimmer's behind ``atem:``
 * Seed-OSS: Qwen3-Coder's ``<function=NAME><parameter=K>V</parameter></function>`` inside ``<seed:tool_call>``
 * MiniCPM 5: ``<function name="NAME"><param name="K">V</param></function>``
+* Kimi K3: ``<|open|>call tool="NAME" index="1"<|sep|><|open|>argument key="K" type="string"<|sep|>V<|close|>argument<|sep|>
+  ...<|close|>call<|sep|>`` in a ``tools`` section (the type says how to read the value)
+* MiniMax-M3: ``<tool_call><invoke name="NAME"><K>V</K>...</invoke></tool_call>``, every tag behind ``]<]minimax[>[``
 
 Values are read by the tool's parameter schema (:meth:`OfferedTools.argument`).
 """
@@ -33,7 +36,9 @@ def _calls_in(text: str, offered: OfferedTools, call: re.Pattern[str], argument:
         arguments: dict[str, Any] = {}
         for arg in argument.finditer(match.group("body")):
             key, value = arg.group("key").strip(), arg.group("value")
-            string = arg.groupdict().get("string")
+            string, kind = arg.groupdict().get("string"), arg.groupdict().get("type")
+            if kind is not None:
+                string = "true" if kind == "string" else "false"
             arguments[key] = (value if string == "true" else scalar(value) if string == "false"
                               else offered.argument(name, key, value))
         calls.append(make_tool_call(name, arguments))
@@ -70,6 +75,14 @@ _MINICPM = (re.compile(r'<function name="(?P<name>[^"]+)">(?P<body>.*?)</functio
             re.compile(r'<param name="(?P<key>[^"]+)">(?P<value>.*?)</param>', re.S))
 
 
+_KIMI_K3 = (re.compile(r'<\|open\|>call tool="(?P<name>[^"]+)"[^<]*<\|sep\|>(?P<body>.*?)<\|close\|>call<\|sep\|>', re.S),
+            re.compile(r'<\|open\|>argument key="(?P<key>[^"]+)"(?: type="(?P<type>[^"]*)")?[^<]*<\|sep\|>(?P<value>.*?)'
+                       r"<\|close\|>argument<\|sep\|>", re.S))
+_MINIMAX_M3_SEPARATOR = "]<]minimax[>["
+_MINIMAX_M3 = (re.compile(r'<invoke name="(?P<name>[^"]+)">(?P<body>.*?)</invoke>', re.S),
+               re.compile(r"<(?P<key>[^/>\s]+)>(?P<value>.*?)</(?P=key)>", re.S))
+
+
 def parse_glm(text: str, offered: OfferedTools) -> Parsed | None:
     if "<tool_call>" in text:  # (a call's name must be an offered tool's: a JSON call body is not one)
         return _calls_in(text, offered, *_GLM, "<tool_call>")
@@ -99,11 +112,29 @@ def parse_minicpm(text: str, offered: OfferedTools) -> Parsed | None:
     return _calls_in(text, offered, *_MINICPM, '<function name="')
 
 
+def parse_kimi_k3(text: str, offered: OfferedTools) -> Parsed | None:
+    if "<|open|>call tool=" not in text:
+        return None
+    return _calls_in(text, offered, *_KIMI_K3, "<|open|>tools<|sep|>")
+
+
+def parse_minimax_m3(text: str, offered: OfferedTools) -> Parsed | None:
+    """MiniMax-M3: the calls read with the separators taken out of the block (the content before it keeps them)."""
+    opener = _MINIMAX_M3_SEPARATOR + "<tool_call>"
+    at = text.find(opener)
+    if at < 0:
+        return None
+    parsed = _calls_in(text[at:].replace(_MINIMAX_M3_SEPARATOR, ""), offered, *_MINIMAX_M3, "<tool_call>")
+    return (text[:at].strip(), parsed[1]) if parsed else None
+
+
 #: the texts that open these calls (a stream holds the reply back from the first), and their markers' texts
 OPENERS = ("<tool_call>", "<tool_call:opensource>", "<tool_calls:opensource>", *_INVOKE_PREFIXES, "<seed:tool_call>",
-           '<function name="')
+           '<function name="', "<|open|>tools<|sep|>", "<|open|>call tool=", _MINIMAX_M3_SEPARATOR + "<tool_call>")
 TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<seed:tool_call>", "</seed:tool_call>",
           "<minimax:tool_call>", "</minimax:tool_call>", "<tool_call:opensource>", "</tool_call:opensource>",
-          "<tool_calls:opensource>", "</tool_calls:opensource>", "<tool_sep:opensource>", "｜DSML｜")
+          "<tool_calls:opensource>", "</tool_calls:opensource>", "<tool_sep:opensource>", "｜DSML｜", "<|open|>",
+          "<|close|>", "<|sep|>", _MINIMAX_M3_SEPARATOR)
 
-__all__ = ["OPENERS", "TOKENS", "parse_glm", "parse_invoke", "parse_minicpm", "parse_seed"]
+__all__ = ["OPENERS", "TOKENS", "parse_glm", "parse_invoke", "parse_kimi_k3", "parse_minicpm", "parse_minimax_m3",
+           "parse_seed"]

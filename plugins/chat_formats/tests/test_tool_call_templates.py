@@ -31,9 +31,6 @@ TURN_ENDS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "</s>", "<end_
 
 # templates whose call is not read back, and why
 NOT_READ = {
-    "CohereForAI-c4ai-command-r-plus-tool_use": "Command R+'s \"Action:\" and a fenced JSON list: no parser yet",
-    "Kimi-K3": "Kimi K3's tagged tools section: no parser yet",
-    "MiniMax-M3": "MiniMax-M3's ]<]minimax[>[ tags: no parser yet",
     "meetkai-functionary-medium-v3.2": "its generation prompt writes the \">>>\" a call begins with: the functionary "
                                        "handler reads these replies, with the prompt's opening",
 }

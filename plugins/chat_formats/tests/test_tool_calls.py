@@ -113,6 +113,14 @@ RECORDED = {
                 [("special_function", {"arg1": 1})]),
     "gigachat-3.1": ('<|function_call|>{"name": "special_function", "arguments": {"arg1": 1}}', None,
                      [("special_function", {"arg1": 1})]),
+    "kimi-k3": ('<|open|>tools<|sep|><|open|>call tool="special_function" index="1"<|sep|><|open|>argument key="arg1" '
+                'type="number"<|sep|>1<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>', None,
+                [("special_function", {"arg1": 1})]),
+    "minimax-m3": (']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="special_function">]<]minimax[>[<arg1>1'
+                   ']<]minimax[>[</arg1>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>', None,
+                   [("special_function", {"arg1": 1})]),
+    "command-r-plus": ('Action:\n```json\n[\n    {\n        "tool_name": "special_function",\n        "parameters": '
+                       '{"arg1": 1}\n    }\n]```', None, [("special_function", {"arg1": 1})]),
     "lfm2": ("<|tool_call_start|>[special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)]"
              "<|tool_call_end|>", None, [("special_function", {"arg1": 1}),
                                          ("special_function_with_opt", {"arg1": 1, "arg2": 2})]),
