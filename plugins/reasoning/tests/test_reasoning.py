@@ -170,6 +170,10 @@ CALLS = {
                 '<|constrain|>json<|message|>{"a": 1}'),
     "gemma4": "<|channel>thought\nabc<channel|><|tool_call>call:get{a:1}<tool_call|>",
     "mistral": '[THINK]abc[/THINK][TOOL_CALLS]get[ARGS]{"a": 1}',
+    "cohere2-moe": 'abc<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get", "parameters": {"a": 1}}]'
+                   "<|END_ACTION|>",
+    "kimi-k3": ('abc<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get" index="1"<|sep|><|open|>argument '
+                'key="a" type="number"<|sep|>1<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>'),
 }
 
 
