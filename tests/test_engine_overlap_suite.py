@@ -33,6 +33,18 @@ def _overlap_on() -> Iterator[None]:
         yield
 
 
+# The drafters differ in what they propose, not in how the engine verifies it: with the overlap on, one n-gram
+# drafter and the draft model stand for all of them (each runs alone in test_speculative.py, overlap off), and
+# one comparison with llama-speculative-simple, whose own steps the overlap cannot change.
+@pytest.mark.parametrize("spec_type", ["ngram-mod", "draft-simple"])
+def test_smollm2_repetitive_prompts_equal_plain_greedy(spec_type: str, smollm2_model_path: Path) -> None:
+    check_repetitive_prompts_equal_plain_greedy(spec_type, smollm2_model_path)  # noqa: F405
+
+
+def test_speculative_steps_match_llama_speculative_simple(smollm2_model_path: Path) -> None:
+    check_steps_match_llama_speculative_simple("ngram-map-k", smollm2_model_path)  # noqa: F405
+
+
 def test_the_overlap_is_on_here(tiny_model_path: Path) -> None:
     with Llama(str(tiny_model_path), verbose=False) as llm:
         assert llm.scheduler.overlap

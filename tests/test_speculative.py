@@ -193,6 +193,10 @@ def test_every_type_is_lossless_on_its_tiny_model(case: str, tiny_spec_model: An
 
 @pytest.mark.parametrize("spec_type", [*NGRAM_TYPES, "draft-simple"])
 def test_smollm2_repetitive_prompts_equal_plain_greedy(spec_type: str, smollm2_model_path: Path) -> None:
+    check_repetitive_prompts_equal_plain_greedy(spec_type, smollm2_model_path)
+
+
+def check_repetitive_prompts_equal_plain_greedy(spec_type: str, smollm2_model_path: Path) -> None:
     plain = Llama(str(smollm2_model_path), n_ctx=1024, n_threads=2, verbose=False)
     config: dict[str, Any] = {"spec_type": spec_type}
     if spec_type == "draft-simple":  # SmolLM2 drafting for itself: trivially accepted, the whole loop runs
@@ -263,6 +267,10 @@ def test_prefix_reuse_keeps_working_with_speculation(smollm2_model_path: Path) -
 
 @pytest.mark.parametrize("spec_type", [*NGRAM_TYPES, "ngram-cache"])
 def test_speculative_steps_match_llama_speculative_simple(spec_type: str, smollm2_model_path: Path) -> None:
+    check_steps_match_llama_speculative_simple(spec_type, smollm2_model_path)
+
+
+def check_steps_match_llama_speculative_simple(spec_type: str, smollm2_model_path: Path) -> None:
     """The same drafter, prompt and settings: every verification of ours is one of llama.cpp's tool.
 
     The tool evaluates the prompt but its last token, then drafts after that token; we evaluate the
