@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, Callable
+
+import attrs
 
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
@@ -43,6 +45,23 @@ class OfferedTools:
                                 and text != "null"):
             return text
         return scalar(text)
+
+
+#: what a reader gives: the text before the calls (the reply's content) and the calls
+Parsed = tuple[str, list[dict[str, Any]]]
+
+
+@attrs.frozen
+class ToolCallStyle:
+    """One way models write tool calls: ``parse(text, offered)`` gives the text before the calls and the calls
+    of offered tools, or None where the reply holds none in this style; ``opens``, the texts that begin such a
+    call (a stream holds the reply back from the first); ``tokens``, its markers' texts, kept in a reply while
+    tools are offered where they are control tokens (as llama-server keeps its formats' preserved tokens)."""
+
+    name: str
+    parse: Callable[[str, OfferedTools], Parsed | None]
+    opens: tuple[str, ...]
+    tokens: tuple[str, ...] = ()
 
 
 def make_tool_call(name: str, arguments: Any) -> dict[str, Any]:
@@ -93,4 +112,5 @@ def named_call(obj: Any, offered: OfferedTools, keyed: bool = False) -> dict[str
     return None
 
 
-__all__ = ["OfferedTools", "json_values", "make_tool_call", "named_call", "scalar", "tool_names"]
+__all__ = ["OfferedTools", "Parsed", "ToolCallStyle", "json_values", "make_tool_call", "named_call", "scalar",
+           "tool_names"]

@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from .call_values import OfferedTools, json_values, make_tool_call, named_call
-
-Parsed = tuple[str, list[dict[str, Any]]]
+from .call_values import OfferedTools, Parsed, ToolCallStyle, json_values, make_tool_call, named_call
 
 _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(?:function<｜tool▁sep｜>(?P<fenced>[^\n<]+?)\s*```(?:json)?\s*"
                             r"|(?P<bare>[^<\n]+?)<｜tool▁sep｜>\s*)")
@@ -87,11 +84,19 @@ def parse_json_blocks(text: str, offered: OfferedTools) -> Parsed | None:
     return None
 
 
-#: the markers' texts, which are control tokens in these families' vocabularies
-TOKENS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
-          "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
-          "<|tool_calls_section_end|>", "<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>",
-          "<|tool_call:args|>", "<|tool_call:end|>", "<|role_sep|>",
-          *(marker for block in JSON_CALL_BLOCKS for marker in block if marker))
+STYLES = (
+    ToolCallStyle("deepseek", parse_deepseek, ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"),
+                  ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                   "<｜tool▁calls▁end｜>")),
+    ToolCallStyle("kimi-k2", parse_kimi_k2, ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+                  ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                   "<|tool_call_end|>", "<|tool_calls_section_end|>")),
+    ToolCallStyle("solar-open", parse_solar, ("<|tool_calls|>", "<|tool_call:begin|>"),
+                  ("<|tool_calls|>", "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>",
+                   "<|tool_call:end|>")),
+    ToolCallStyle("json-blocks", parse_json_blocks, tuple(opening for opening, _ in JSON_CALL_BLOCKS),
+                  ("<TOOLCALL>", "</TOOLCALL>", "<|START_ACTION|>", "<|END_ACTION|>", "<|tools_prefix|>",
+                   "<|tools_suffix|>", "<|function_call|>", "<|role_sep|>")),
+)
 
-__all__ = ["JSON_CALL_BLOCKS", "TOKENS", "parse_deepseek", "parse_json_blocks", "parse_kimi_k2", "parse_solar"]
+__all__ = ["JSON_CALL_BLOCKS", "STYLES", "parse_deepseek", "parse_json_blocks", "parse_kimi_k2", "parse_solar"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .call_values import OfferedTools, make_tool_call
+from .call_values import OfferedTools, ToolCallStyle, make_tool_call
 
 OPENER, CLOSER = "<|tool_call_start|>", "<|tool_call_end|>"
 
@@ -35,6 +35,6 @@ def parse_pythonic(text: str, offered: OfferedTools) -> tuple[str, list[dict[str
     return (text[:at].strip(), calls) if calls else None
 
 
-TOKENS = (OPENER, CLOSER)
+STYLE = ToolCallStyle("lfm2", parse_pythonic, (OPENER,), (OPENER, CLOSER))
 
-__all__ = ["CLOSER", "OPENER", "TOKENS", "parse_pythonic"]
+__all__ = ["CLOSER", "OPENER", "STYLE", "parse_pythonic"]

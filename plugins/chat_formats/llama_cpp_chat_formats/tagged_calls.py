@@ -18,9 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .call_values import OfferedTools, make_tool_call, scalar
-
-Parsed = tuple[str, list[dict[str, Any]]]
+from .call_values import OfferedTools, Parsed, ToolCallStyle, make_tool_call, scalar
 
 
 def _calls_in(text: str, offered: OfferedTools, call: re.Pattern[str], argument: re.Pattern[str],
@@ -128,13 +126,19 @@ def parse_minimax_m3(text: str, offered: OfferedTools) -> Parsed | None:
     return (text[:at].strip(), parsed[1]) if parsed else None
 
 
-#: the texts that open these calls (a stream holds the reply back from the first), and their markers' texts
-OPENERS = ("<tool_call>", "<tool_call:opensource>", "<tool_calls:opensource>", *_INVOKE_PREFIXES, "<seed:tool_call>",
-           '<function name="', "<|open|>tools<|sep|>", "<|open|>call tool=", _MINIMAX_M3_SEPARATOR + "<tool_call>")
-TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<seed:tool_call>", "</seed:tool_call>",
-          "<minimax:tool_call>", "</minimax:tool_call>", "<tool_call:opensource>", "</tool_call:opensource>",
-          "<tool_calls:opensource>", "</tool_calls:opensource>", "<tool_sep:opensource>", "｜DSML｜", "<|open|>",
-          "<|close|>", "<|sep|>", _MINIMAX_M3_SEPARATOR)
+_MARKS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+STYLES = (
+    ToolCallStyle("glm", parse_glm, ("<tool_call>", "<tool_call:opensource>", "<tool_calls:opensource>"),
+                  (*_MARKS, *(m.replace(">", ":opensource>") for m in _MARKS), "<tool_call:opensource>",
+                   "</tool_call:opensource>", "<tool_calls:opensource>", "</tool_calls:opensource>",
+                   "<tool_sep:opensource>")),
+    ToolCallStyle("invoke", parse_invoke, tuple(_INVOKE_PREFIXES), ("<minimax:tool_call>", "</minimax:tool_call>",
+                                                                     "｜DSML｜")),
+    ToolCallStyle("seed-oss", parse_seed, ("<seed:tool_call>",), ("<seed:tool_call>", "</seed:tool_call>")),
+    ToolCallStyle("minicpm-5", parse_minicpm, ('<function name="',)),
+    ToolCallStyle("kimi-k3", parse_kimi_k3, ("<|open|>tools<|sep|>", "<|open|>call tool="), ("<|open|>", "<|close|>",
+                                                                                           "<|sep|>")),
+    ToolCallStyle("minimax-m3", parse_minimax_m3, (_MINIMAX_M3_SEPARATOR + "<tool_call>",), (_MINIMAX_M3_SEPARATOR,)),
+)
 
-__all__ = ["OPENERS", "TOKENS", "parse_glm", "parse_invoke", "parse_kimi_k3", "parse_minicpm", "parse_minimax_m3",
-           "parse_seed"]
+__all__ = ["STYLES", "parse_glm", "parse_invoke", "parse_kimi_k3", "parse_minicpm", "parse_minimax_m3", "parse_seed"]

@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
-
-import attrs
+from typing import Any
 
 from . import marked_json_calls, pythonic_calls, tagged_calls
-from .call_values import OfferedTools, json_values, make_tool_call, named_call, scalar
+from .call_values import OfferedTools, ToolCallStyle, json_values, make_tool_call, named_call, scalar
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _QWEN_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>\s*(.*?)\s*</function>", re.S)
@@ -226,22 +224,6 @@ def _parse_llama3(text: str, offered: OfferedTools) -> tuple[str, list[dict[str,
     return ("", calls) if calls else None
 
 
-Parsed = tuple[str, list[dict[str, Any]]]
-
-
-@attrs.frozen
-class ToolCallStyle:
-    """One way models write tool calls: ``parse(text, offered)`` gives (the text before the calls, the calls of
-    offered tools), or None where the reply holds none in this style; ``opens``, the texts that begin such a
-    call; ``tokens``, its markers' texts, kept in a reply while tools are offered where they are control
-    tokens (as llama-server keeps its formats' preserved tokens)."""
-
-    name: str
-    parse: Callable[[str, OfferedTools], Parsed | None]
-    opens: tuple[str, ...]
-    tokens: tuple[str, ...] = ()
-
-
 _GPT_OSS_TOKENS = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>")
 
 #: every style, in the order they are tried: those with markers of their own first, bare JSON last
@@ -252,19 +234,11 @@ STYLES = (
                                               "<|channel|>analysis to=", " to=functions."), _GPT_OSS_TOKENS),
     ToolCallStyle("gemma4", _parse_gemma4, ("<|tool_call>",),
                   ("<|tool_call>", "<tool_call|>", _GEMMA4_QUOTE, "<|channel>", "<channel|>")),
-    ToolCallStyle("deepseek", marked_json_calls.parse_deepseek, ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")),
-    ToolCallStyle("kimi-k2", marked_json_calls.parse_kimi_k2, ("<|tool_calls_section_begin|>", "<|tool_call_begin|>")),
-    ToolCallStyle("solar", marked_json_calls.parse_solar, ("<|tool_calls|>", "<|tool_call:begin|>")),
+    *marked_json_calls.STYLES[:3],  # DeepSeek, Kimi K2, Solar Open
     ToolCallStyle("hermes", _parse_hermes, ("<tool_call>",), ("<tool_call>", "</tool_call>")),
-    ToolCallStyle("tagged", tagged_calls.parse_glm, tagged_calls.OPENERS),
-    ToolCallStyle("invoke", tagged_calls.parse_invoke, tagged_calls.OPENERS),
-    ToolCallStyle("seed", tagged_calls.parse_seed, tagged_calls.OPENERS),
-    ToolCallStyle("minicpm", tagged_calls.parse_minicpm, tagged_calls.OPENERS),
-    ToolCallStyle("kimi-k3", tagged_calls.parse_kimi_k3, tagged_calls.OPENERS),
-    ToolCallStyle("minimax-m3", tagged_calls.parse_minimax_m3, tagged_calls.OPENERS, tagged_calls.TOKENS),
-    ToolCallStyle("json-blocks", marked_json_calls.parse_json_blocks,
-                  tuple(opening for opening, _ in marked_json_calls.JSON_CALL_BLOCKS), marked_json_calls.TOKENS),
-    ToolCallStyle("pythonic", pythonic_calls.parse_pythonic, (pythonic_calls.OPENER,), pythonic_calls.TOKENS),
+    *tagged_calls.STYLES,  # (GLM's <tool_call>NAME<arg_key>..., after Hermes' <tool_call>{JSON})
+    *marked_json_calls.STYLES[3:],  # JSON lists between markers
+    pythonic_calls.STYLE,
     ToolCallStyle("mistral", _parse_mistral, ("[TOOL_CALLS]",), ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]")),
     ToolCallStyle("functools", _parse_functools, ("functools[",)),
     ToolCallStyle("function-tags", _parse_function_tags, ("<function=",)),
