@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
-from .reasoning_split import Markers
+from .reasoning_split import Markers, partial_tail
 
 if TYPE_CHECKING:
     from .plugins.records import ReasoningFamily
@@ -165,15 +165,6 @@ def _trailing_space(marker: str) -> str:
     return marker[len(marker.rstrip()):]
 
 
-def _unwritten_part(marker: str, prompt: str | None) -> str:
-    """``marker`` less its longest beginning that ``prompt`` ends with: what a reply to the prompt writes of it."""
-    if prompt:
-        for k in range(len(marker) - 1, 0, -1):
-            if prompt.endswith(marker[:k]):
-                return marker[k:]
-    return marker
-
-
 def markers_for(family: ReasoningFamily, template: str, prompt: str | None, continued: str = "",
                 written: tuple[str, str] | None = None) -> Markers:
     """The markers of a reply of ``family``'s model to ``prompt`` (None when the handler cannot show its
@@ -195,8 +186,9 @@ def markers_for(family: ReasoningFamily, template: str, prompt: str | None, cont
     if opened and prompt is not None and not (continued and prompt.endswith(continued)):
         opened_with = prompt[prompt.rfind(family.start.strip()) + len(family.start.strip()):]
         opened_with = opened_with[len(written_start):] if opened_with.startswith(written_start) else opened_with
+    written_of_answer = partial_tail(prompt or "", family.content_start)  # gpt-oss's prompt ends "<|start|>assistant"
     return Markers(start=family.start, end=family.end, content_start=family.content_start,
-                   content_end=family.content_end, leading_content_start=_unwritten_part(family.content_start, prompt),
+                   content_end=family.content_end, leading_content_start=family.content_start[written_of_answer:],
                    start_space=start_space, end_space=end_space, opened=opened, opened_with=opened_with)
 
 

@@ -50,7 +50,7 @@ def _common_prefix(text: str, space: str) -> int:
     return n
 
 
-def _partial_tail(text: str, marker: str) -> int:
+def partial_tail(text: str, marker: str) -> int:
     """The length of the longest end of ``text`` that begins ``marker`` (what may grow into it)."""
     for k in range(min(len(marker) - 1, len(text)), 0, -1):
         if text.endswith(marker[:k]):
@@ -116,7 +116,7 @@ class ReasoningSplitter:
                     self._pending = text[at + len(m.end):]
                     self._state = "end-space"
                     continue
-                keep = 0 if final else _partial_tail(text, m.end)
+                keep = 0 if final else partial_tail(text, m.end)
                 if len(text) > keep:
                     out.append(("reasoning", text[:len(text) - keep]))
                     self._pending = text[len(text) - keep:]
@@ -143,7 +143,7 @@ class ReasoningSplitter:
                     self._pending = ""
                     self._state = "closed"
                     return out
-                keep = 0 if final else _partial_tail(text, m.content_end)
+                keep = 0 if final else partial_tail(text, m.content_end)
                 if len(text) > keep:
                     out.append(("content", text[:len(text) - keep]))
                     self._pending = text[len(text) - keep:]
@@ -166,4 +166,4 @@ def split_reasoning(text: str, markers: Markers) -> tuple[str, str]:
             "".join(t for kind, t in pieces if kind == "content"))
 
 
-__all__ = ["Markers", "ReasoningSplitter", "split_reasoning"]
+__all__ = ["Markers", "ReasoningSplitter", "partial_tail", "split_reasoning"]
