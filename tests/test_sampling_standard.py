@@ -42,6 +42,27 @@ def test_large_logit_bias_forces_a_token(llm: Llama) -> None:
     assert set(_tokens(llm, 6, temperature=0.8, seed=3, logit_bias={target: 100.0})) == {target}
 
 
+def test_a_grammar_left_no_token_it_allows_is_an_error_not_an_abort(llm: Llama) -> None:
+    """Every token the grammar allows taken away by a logits processor: llama.cpp's grammar throws when it is
+    given the token chosen anyway, which used to end the process."""
+    from llama_cpp import LlamaGrammar
+
+    banana = llm.tokenize(b" banana", add_bos=False)[0]
+
+    def only_banana(input_ids: Any, scores: np.ndarray) -> np.ndarray:
+        scores[:] = -np.inf
+        scores[banana] = 0.0
+        return scores
+
+    for temperature in (0.0, 0.8):
+        with pytest.raises(ValueError, match="the sampler chain left no token to choose"):
+            llm.create_completion(PROMPT, max_tokens=4, temperature=temperature, seed=1, logits_processor=only_banana,
+                                  grammar=LlamaGrammar.from_string('root ::= "yes"', verbose=False))
+    assert llm.create_completion(PROMPT, max_tokens=4, temperature=0.0,
+                                 grammar=LlamaGrammar.from_string('root ::= "yes"', verbose=False),
+                                 )["choices"][0]["text"] == "yes"
+
+
 def test_same_seed_repeats_and_different_seeds_differ(llm: Llama) -> None:
     a = _tokens(llm, temperature=1.0, seed=11)
     assert _tokens(llm, temperature=1.0, seed=11) == a

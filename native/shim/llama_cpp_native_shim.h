@@ -130,10 +130,21 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_top(struct llama_s
  * probability (ids and probs; fewer when fewer have a probability above 0), how many were written (*n_out)
  * and the probability of the chosen token (*p_token): llama-server's post_sampling_probs.
  *
- * Returns the token; -1 when there are no logits at idx or n is negative; -2 when the chain failed. */
+ * Returns the token; -1 when there are no logits at idx or n is negative; -2 when the chain failed; -3 when it
+ * left no candidate (see llama_cpp_native_sample). */
 LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_candidates(struct llama_sampler * chain,
         struct llama_context * ctx, int32_t idx, int32_t n, llama_token * ids, float * probs, int32_t * n_out,
         float * p_token);
+
+/* Samples as llama_sampler_sample does (every token of the vocabulary a candidate, the chain applied, its
+ * selected token accepted), without ending the process where it would: when the chain leaves no candidate
+ * (every logit -inf: a grammar, after a logit bias or an edited logits row excluded all it allows) llama.cpp's
+ * grammar aborts on the token chosen anyway; here that token is not accepted.
+ *
+ * Returns the token; -1 when there are no logits at idx; -2 when the chain failed (it threw, or selected no
+ * candidate); -3 when it left no candidate. */
+LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample(struct llama_sampler * chain,
+        struct llama_context * ctx, int32_t idx);
 
 #ifdef __cplusplus
 }

@@ -99,6 +99,9 @@ static llama_token choose(struct llama_sampler * chain, llama_token_data_array &
     if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) {
         return -2;
     }
+    if (cur.data[cur.selected].logit == -INFINITY) {  // nothing was left: a grammar would abort on the token
+        return -3;
+    }
     const llama_token token = cur.data[cur.selected].id;
     llama_sampler_accept(chain, token);
     return token;
@@ -196,6 +199,25 @@ extern "C" llama_token llama_cpp_native_sample_candidates(struct llama_sampler *
         }
         *n_out = written;
         return token;
+    } catch (...) {
+        return -2;
+    }
+}
+
+extern "C" llama_token llama_cpp_native_sample(struct llama_sampler * chain, struct llama_context * ctx, int32_t idx) {
+    try {
+        const float * logits = llama_get_logits_ith(ctx, idx);
+        if (logits == nullptr) {
+            return -1;
+        }
+        const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+        thread_local std::vector<llama_token_data> candidates;
+        candidates.resize(n_vocab);
+        for (int32_t i = 0; i < n_vocab; ++i) {
+            candidates[i] = llama_token_data{i, logits[i], 0.0f};
+        }
+        llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
+        return choose(chain, cur);
     } catch (...) {
         return -2;
     }

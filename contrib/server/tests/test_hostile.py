@@ -80,6 +80,11 @@ HOSTILE: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ("/v1/completions", {"prompt": [10**12], "max_tokens": 2}, 400, None, "outside the vocabulary"),
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "n": 10**6}, 400, "n", "more than this server allows"),
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "logprobs": 10**6}, 422, "logprobs", "less than or equal"),
+    # a grammar whose every token is banned (the tiny vocabulary's "x", its byte and " x"): llama.cpp's grammar
+    # aborts the process on the token chosen anyway
+    ("/completion", {"prompt": "a", "n_predict": 2, "grammar": 'root ::= "x"',
+                     "logit_bias": [[123, False], [921, False], [29916, False]]}, 400, None,
+     "every token the grammar allows was excluded"),
     # a plugin stage's parameter of the wrong type (the example plugin's, installed in the tests)
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "extra_samplers": ["banned_tokens"],
                          "extra": {"banned_tokens": 5}}, 400, None, "sampler stage 'banned_tokens' could not use"),

@@ -68,6 +68,15 @@ def chain_context(model: Model, n_ctx: int, params: SamplingParams, history: Seq
                         eog_tokens=model.eog_tokens() if params.ignore_eos else (), history=tuple(history))
 
 
+def _chain_failure(code: int, where: str) -> Exception:
+    """The error of a native sampling call that returned ``code``: -3, the request's own constraints left no
+    token (a ValueError, the request's fault), else a failure of the chain."""
+    if code == -3:
+        return ValueError(f"the sampler chain left no token to choose on {where}: every token the grammar allows "
+                          "was excluded before it (by a logit bias or a logits processor)")
+    return RuntimeError(f"the sampler chain failed on {where}")
+
+
 class SequenceSampler:
     """Chooses each next token of one sequence from its logits row.
 
@@ -140,9 +149,12 @@ class SequenceSampler:
             token = lib.llama_cpp_native_sample_top(self.chain.ptr, ctx.ptr, row, self._top_n, *self._top_bias)
             if token >= 0:
                 return token
-            if token == -2:
-                raise RuntimeError("the sampler chain failed on the candidates of its top-k")
-        return lib.llama_sampler_sample(self.chain.ptr, ctx.ptr, row)
+            if token != -1:  # -1: the candidates cannot be cut safely, every token is one
+                raise _chain_failure(token, "the candidates of its top-k")
+        token = lib.llama_cpp_native_sample(self.chain.ptr, ctx.ptr, row)
+        if token < 0:
+            raise _chain_failure(token, f"output {row}")
+        return token
 
     def _sample_reporting(self, ctx: Context, row: int, n: int) -> int:
         """Sample from every candidate and keep, under ``row``, what the chain left of them (``kept``).  The
@@ -158,7 +170,7 @@ class SequenceSampler:
         token = lib.llama_cpp_native_sample_candidates(self.chain.ptr, ctx.ptr, row, n, ffi.from_buffer(
             "llama_token[]", ids), ffi.from_buffer("float[]", probs), n_out, p_token)
         if token < 0:
-            raise RuntimeError(f"the sampler chain failed on the candidates of output {row}")
+            raise _chain_failure(token, f"output {row}")
         with np.errstate(divide="ignore"):
             logs = np.log(probs[:n_out[0]].astype(np.float64))
             self.kept[row] = (float(np.log(np.float64(p_token[0]))),
