@@ -123,15 +123,14 @@ _CHILD = textwrap.dedent("""
     import json, sys, time
     from llama_cpp import LlamaGrammar
     from llama_cpp_chat_formats.handler import json_schema_grammar, response_format_grammar
-    from llama_cpp_chat_formats.tool_calls import forced_call_schema
+    from llama_cpp_chat_formats.forced_calls import JSON_FRAME
 
     CALLS = {
         "gbnf": LlamaGrammar.from_string,
         "schema": LlamaGrammar.from_json_schema,
         "response_format": lambda text: response_format_grammar(
             {"type": "json_schema", "json_schema": {"schema": json.loads(text)}}),
-        "tool": lambda text: json_schema_grammar(forced_call_schema(
-            [{"type": "function", "function": {"name": "f", "parameters": json.loads(text)}}], "required")),
+        "tool": lambda text: JSON_FRAME.grammar([{"name": "f", "parameters": json.loads(text)}]),
     }
 
     def status(key):

@@ -23,6 +23,7 @@ from .engine.normalize import check_tools, text_prompt_tokens
 from .engine.policy import tagged
 from .preserved_tokens import control_tokens_of, preserving
 from .reasoning import template_variables
+from .reasoning_grammar import thinking_first
 from .sampling import SamplingParams, sampling_arguments
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ class ChatAPI(LlamaBase):
         kept: frozenset[int] = frozenset()
         if markers is not None and fmt != "none":
             kept = control_tokens_of(self, (markers.start, markers.end, markers.content_start, markers.content_end))
-        with tagged(priority, tenant), preserving(kept), cache_breakpoints.pinning(pins):
+        thinking = markers if fmt != "none" else None  # what a handler's own grammar lets come first
+        with tagged(priority, tenant), preserving(kept), thinking_first(thinking), cache_breakpoints.pinning(pins):
             result = handler(llama=self, messages=messages, **request)
         if markers is None or fmt == "none":
             return result

@@ -37,6 +37,26 @@ _PARSE = re.compile(r"error parsing grammar: ([^\n]*)")
 LLAMA_GRAMMAR_DEFAULT_ROOT = "root"  # the start symbol of a grammar
 
 
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal (quotes, backslashes and control characters escaped)."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
 def _position(text: str, rest: str) -> str:
     """'line L, column C' of where ``rest`` (the unparsed remainder) starts in ``text``."""
     rest = rest.split("\n\n", 1)[0] if rest not in text else rest

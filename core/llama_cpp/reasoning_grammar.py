@@ -7,36 +7,26 @@ rest of an opened one), any text without the end marker, then the end marker and
 then the original grammar.  llama-server builds its response-format grammar the same way.  A user's own
 ``grammar`` is left as it is, as llama-server leaves it: it constrains the whole reply.
 
+A chat handler that builds a grammar of its own (a forced tool call) gives it the same prefix: while it
+runs, :func:`current_thinking` holds the markers of the request's split (:func:`thinking_first`, set by
+``create_chat_completion``).
+
 The "any text without the end marker" rule is the automaton that matches a marker (Knuth-Morris-Pratt),
 written as GBNF rules: one per character of the marker matched so far.
 """
 
 from __future__ import annotations
 
-from .llama_grammar import LlamaGrammar
+import contextlib
+import contextvars
+from typing import Iterator
+
+from .llama_grammar import LlamaGrammar, gbnf_literal
 from .reasoning_split import Markers
 
 ROOT = "reasoning-root"
+_THINKING: contextvars.ContextVar[Markers | None] = contextvars.ContextVar("llama_cpp_thinking", default=None)
 _PREFIX = "reasoning-"
-
-
-def _literal(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
 
 
 def _class_char(ch: str) -> str:
@@ -70,14 +60,14 @@ def text_without(name: str, marker: str) -> list[str]:
         alternatives = []
         seen = set()
         if i + 1 < len(marker):  # the next character of the marker: one further (the last one is refused)
-            alternatives.append(f"{_literal(marker[i])} {name}-{i + 1}")
+            alternatives.append(f"{gbnf_literal(marker[i])} {name}-{i + 1}")
         seen.add(marker[i])
         for ch in dict.fromkeys(marker):  # other characters of the marker may restart a partial match
             if ch in seen:
                 continue
             k = _next_state(marker, i, ch)
             if k > 0:
-                alternatives.append(f"{_literal(ch)} {name if k == 0 else f'{name}-{k}'}")
+                alternatives.append(f"{gbnf_literal(ch)} {name if k == 0 else f'{name}-{k}'}")
                 seen.add(ch)
         excluded = "".join(_class_char(c) for c in sorted(seen))
         alternatives.append(f"[^{excluded}] {name}")
@@ -90,21 +80,43 @@ def with_reasoning_prefix(grammar: LlamaGrammar, markers: Markers) -> LlamaGramm
     the family's answer markers where it has them (optional, as in llama.cpp's grammars)."""
     body = _PREFIX + "body"
     space = f"{_PREFIX}space"
-    end = _literal(markers.end)
+    end = gbnf_literal(markers.end)
     if markers.content_start:
-        end += f" ({space} {_literal(markers.content_start)})?"
+        end += f" ({space} {gbnf_literal(markers.content_start)})?"
     if markers.opened:
         block = f"{body} {end}"
     elif markers.leading_content_start:  # the thinking, or an answer that opens with its marker
-        block = f"({_literal(markers.start)} {body} {end} | {_literal(markers.leading_content_start)})?"
+        block = f"({gbnf_literal(markers.start)} {body} {end} | {gbnf_literal(markers.leading_content_start)})?"
     else:
-        block = f"({_literal(markers.start)} {body} {end})?"
+        block = f"({gbnf_literal(markers.start)} {body} {end})?"
     answer = grammar.root
     if markers.content_end:
-        answer = f"{answer} ({space} {_literal(markers.content_end)})?"
+        answer = f"{answer} ({space} {gbnf_literal(markers.content_end)})?"
     rules = [f"{ROOT} ::= {block} {space} {answer}", f"{space} ::= [ \\t\\n\\r]{{0,20}}",
              *text_without(body, markers.end)]
     return LlamaGrammar(_grammar=grammar.grammar.rstrip() + "\n" + "\n".join(rules) + "\n", _root=ROOT)
 
 
-__all__ = ["ROOT", "text_without", "with_reasoning_prefix"]
+@contextlib.contextmanager
+def thinking_first(markers: Markers | None) -> Iterator[None]:
+    """While a chat handler runs: the thinking block its reply may begin with (None: the request splits no
+    reasoning, so a grammar constrains the reply from its first token)."""
+    token = _THINKING.set(markers)
+    try:
+        yield
+    finally:
+        _THINKING.reset(token)
+
+
+def current_thinking() -> Markers | None:
+    """The markers :func:`thinking_first` set for the running handler (None outside it)."""
+    return _THINKING.get()
+
+
+def after_thinking(grammar: LlamaGrammar) -> LlamaGrammar:
+    """``grammar`` after the running request's thinking block, if it splits reasoning."""
+    markers = current_thinking()
+    return grammar if markers is None else with_reasoning_prefix(grammar, markers)
+
+
+__all__ = ["ROOT", "after_thinking", "current_thinking", "text_without", "thinking_first", "with_reasoning_prefix"]

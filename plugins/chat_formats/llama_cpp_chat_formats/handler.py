@@ -7,7 +7,6 @@ request, and reshapes the result into OpenAI chat objects.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Iterator
 
 from llama_cpp.chat_messages import require_text
@@ -17,12 +16,13 @@ from llama_cpp import llama_grammar
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
 from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
+from llama_cpp.reasoning_grammar import after_thinking, current_thinking
 from llama_cpp.sampling import SAMPLING_FIELDS
 
-from .call_values import make_tool_call
 from .continuation import ContinueMode, continue_message, template_thinking_markers
-from .streaming import stream_auto_reply, stream_wrapped_call
-from .tool_calls import SYNTAX_TOKENS, forced_call_schema, legacy_functions_as_tools, parse_tool_calls
+from .forced_calls import ForcedReply, chosen_tools, read_forced_reply, template_frame
+from .streaming import stream_auto_reply, stream_forced_reply
+from .tool_calls import SYNTAX_TOKENS, legacy_functions_as_tools, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
 _CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
@@ -159,9 +159,12 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     """
     rendered = render_chat(formatter, messages, request)
     tools, tool_choice = tools_of(request)
-    forced = forced_call_schema(tools, tool_choice) if tools else None
-    if forced is not None:
-        request["grammar"] = json_schema_grammar(forced)
+    chosen = chosen_tools(tools, tool_choice) if tools else None
+    forced: ForcedReply | None = None
+    if chosen is not None:  # in the template's own call syntax, after the thinking (:mod:`.forced_calls`)
+        frame = template_frame(formatter, dict(request.get("chat_template_kwargs") or {}))
+        request["grammar"] = after_thinking(frame.grammar(chosen))
+        forced = ForcedReply(frame, [fn["name"] for fn in chosen], current_thinking())
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:
@@ -178,27 +181,30 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
         return chunks_to_chat_chunks(result) if stream else completion_to_chat_completion(result)
     if stream:
         if forced is not None:
-            return stream_wrapped_call(result)
+            return stream_forced_reply(result, forced)
         return stream_auto_reply(result, lambda text: parse_tool_calls(text, tools))
-    return _with_tool_calls(completion_to_chat_completion(result), tools, forced is not None)
+    return _with_tool_calls(completion_to_chat_completion(result), tools, forced)
 
 
-def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: bool) -> dict[str, Any]:
-    """Read tool calls out of the reply (a forced reply is the call's JSON itself)."""
+def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: ForcedReply | None) -> dict[str, Any]:
+    """Read tool calls out of the reply (a forced reply is its thinking and the call, in the grammar's frame)."""
     choice = chat["choices"][0]
     text = choice["message"]["content"] or ""
-    if forced:
-        try:
-            call = json.loads(text)  # the grammar guarantees {"name": ..., "arguments": {...}}
-        except json.JSONDecodeError:  # unless max_tokens cut it short: the text stays, finish_reason "length"
+    thinking = ""
+    if forced is not None:
+        thinking, call = read_forced_reply(text, forced)
+        if call is None:  # max_tokens cut it short: the text stays, finish_reason "length"
             return chat
-        content, calls = None, [make_tool_call(call["name"], call["arguments"])]
+        content, calls = None, [call]
     else:
         content, calls = parse_tool_calls(text, tools)
     if not calls:
         choice["message"]["content"] = content  # without routing markers such as functionary's ">>>all"
     else:
-        message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": calls}
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if thinking:  # split here: the core's split finds no text to split once the call is taken out
+            message["reasoning_content"] = thinking
+        message["tool_calls"] = calls
         if len(calls) == 1:  # the legacy field, as the seed returns it
             message["function_call"] = dict(calls[0]["function"])
         choice["message"] = message

@@ -1,7 +1,8 @@
 """Streaming replies that may call tools, as OpenAI chat.completion.chunk deltas, while they are generated.
 
 * A forced call (a named or required tool) streams its arguments as they
-  are sampled: one delta opens the call (id, name), then argument fragments.
+  are sampled: one delta opens the call (id, name), then argument fragments
+  (after the thinking, as ``reasoning_content``, where the request splits it).
 * An "auto" reply streams its text until something that could open a tool
   call appears (one of the families' markers, or a leading ``{``); from
   there the rest is held back and, at the end, parsed into tool calls (or
@@ -11,7 +12,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import chat_logprobs
 
+from .forced_calls import ForcedReply
 from .tool_calls import CALL_MARKERS
 
 
@@ -88,42 +89,26 @@ def stream_forced_call(chunks: Iterator[Chunk], name: str) -> Iterator[Chunk]:
     yield writer.call_end()
 
 
-_WRAPPED_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
-
-
-def stream_wrapped_call(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-    """A forced ``{"name": ..., "arguments": {...}}`` reply, streamed as one tool call.
-
-    The call opens once the name is complete; the arguments follow as they
-    come, except the object's closing brace, held back until the end.
-    """
+def stream_forced_reply(chunks: Iterator[Chunk], reply: ForcedReply) -> Iterator[Chunk]:
+    """A forced reply (:mod:`.forced_calls`), streamed as its thinking's ``reasoning_content`` deltas, then one
+    tool call: the call opens once its name is complete, and its arguments follow as they are sampled."""
     writer = _ChunkWriter()
-    text, sent, name = "", 0, None
+
+    def deltas(events: list[tuple[str, str]]) -> Iterator[Chunk]:
+        for kind, text in events:
+            if kind == "name":
+                yield writer.delta(_call_delta(text, "", f"call_{uuid.uuid4().hex[:24]}"))
+            elif kind == "arguments":
+                yield writer.delta(_call_delta(None, text))
+            else:  # the thinking, or what was cut short before a call's name (max_tokens)
+                yield writer.delta({"reasoning_content" if kind == "reasoning" else "content": text})
+
     for chunk in chunks:
         choice = writer.see(chunk)
         yield from writer.role_once()
-        text += choice["text"]
-        if name is None:
-            head = _WRAPPED_HEAD.match(text)
-            if head is None:
-                continue
-            name, sent = json.loads(head.group(1)), head.end()
-            yield writer.delta(_call_delta(name, "", f"call_{uuid.uuid4().hex[:24]}"))
-        # only the unsent tail is examined: each chunk costs its own length, not the whole reply's
-        tail = text[sent:]
-        body_end = sent + (len(tail.rstrip().removesuffix("}").rstrip()) if writer.finish else _held_back(tail))
-        if body_end > sent:
-            yield writer.delta(_call_delta(None, text[sent:body_end]))
-            sent = body_end
-    if name is None:  # cut off before the name was complete (max_tokens): nothing callable came out
-        yield writer.delta({"content": text})
+        yield from deltas(reply.feed(choice["text"]))
+    yield from deltas(reply.finish())
     yield writer.call_end()
-
-
-def _held_back(text: str) -> int:
-    """Where the text that may still be the wrapper's closing brace (and spaces) begins."""
-    stripped = text.rstrip()
-    return len(stripped) - 1 if stripped.endswith("}") else len(stripped)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ Several of these markers are control tokens in their models' vocabularies (gpt-o
 Mistral's ``[TOOL_CALLS]``...), which the detokenizer leaves out of the text: while tools are offered, a
 reply keeps their text (:data:`SYNTAX_TOKENS`), as llama-server keeps its formats' preserved tokens.
 
-A named or required tool is not left to chance: the reply is constrained by a
-grammar built from the tool's parameter schema.
+A named or required tool is not left to chance: the reply is constrained to one call, in the syntax
+the template writes calls in (:mod:`.forced_calls`).
 """
 
 from __future__ import annotations
@@ -264,31 +264,6 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str
         if parsed is not None:
             return parsed[0] or None, parsed[1]
     return text, []
-
-
-def forced_call_schema(tools: list[dict[str, Any]], tool_choice: Any) -> dict[str, Any] | None:
-    """The JSON schema a forced reply must follow: ``{"name": ..., "arguments": {...}}``.
-
-    ``tool_choice`` "required" allows any offered tool; a named choice only
-    that one (a name that was not offered is a ValueError).
-    """
-    by_name = {t["function"]["name"]: t["function"] for t in tools if "function" in t}
-    if isinstance(tool_choice, dict):
-        name = (tool_choice.get("function") or {}).get("name")
-        if name not in by_name:
-            raise ValueError(f"tool_choice names {name!r}, which is not among the tools: {', '.join(by_name)}")
-        chosen = [by_name[name]]
-    elif tool_choice == "required":
-        chosen = list(by_name.values())
-    else:
-        return None
-
-    def one(fn: dict[str, Any]) -> dict[str, Any]:
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        return {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": params},
-                "required": ["name", "arguments"]}
-
-    return one(chosen[0]) if len(chosen) == 1 else {"anyOf": [one(fn) for fn in chosen]}
 
 
 def legacy_functions_as_tools(functions: list[dict[str, Any]] | None, function_call: Any) -> tuple[Any, Any]:

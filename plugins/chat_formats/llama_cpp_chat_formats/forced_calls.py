@@ -1,0 +1,321 @@
+"""A forced tool call (``tool_choice`` "required", or a named tool) written in the model's own call syntax.
+
+A model calls tools the way its chat template writes an assistant's calls, and llama-server constrains a
+required call to that syntax (its parser is derived from the template).  Here the template is asked too:
+it renders a turn that calls a sentinel tool with sentinel arguments, and the text it writes before the
+tool's name, between the name and the JSON arguments, and after them is the call's :class:`CallFrame`
+(Hermes / Qwen: ``<tool_call>\\n{"name": "`` NAME ``", "arguments": `` ARGS ``}\\n</tool_call>``; Mistral:
+``[TOOL_CALLS]`` NAME ``[ARGS]`` ARGS).  A call id the template writes (Mistral's ``[CALL_ID]``, Cohere's
+``tool_call_id``) is left to the model: nine letters or digits, as Mistral's templates require.  After the
+arguments the frame keeps the shortest text with which
+the family's reader (:mod:`.tool_calls`) reads the call back: the turn's end is the model's to write, and
+once the grammar is complete only an end-of-generation token can follow.
+
+The grammar forces the frame with a chosen tool's name and its parameters' schema inside, after the
+thinking block when the request splits reasoning (:func:`llama_cpp.reasoning_grammar.after_thinking`):
+a reasoning model thinks before it calls, as it does under llama-server.
+
+A template whose calls do not carry their arguments as one JSON object (Qwen3-Coder's tags, LFM2's Python
+calls), whose call reads differently after thinking (gpt-oss repeats its role header), or that cannot
+render a call at all (a hand-written format) keeps :data:`JSON_FRAME`, ``{"name": ..., "arguments": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from llama_cpp.llama_chat_format import ChatFormatterResponse
+from llama_cpp.llama_grammar import LlamaGrammar, SchemaConverter, gbnf_literal, json_schema_grammar
+from llama_cpp.reasoning_split import Markers, ReasoningSplitter
+
+from .call_values import make_tool_call
+from .continuation import template_thinking_markers
+from .tool_calls import parse_tool_calls
+
+Formatter = Callable[..., ChatFormatterResponse]
+
+
+# where a frame's text has a call id: any letter or digit at each of these places
+ID_SLOT = "\0" * 9
+_ID_RULE = "[a-zA-Z0-9]{9}"
+
+
+def _fits(text: str, pattern: str) -> bool:
+    """Whether ``text`` is ``pattern`` with letters or digits at its id slots (the same length)."""
+    return len(text) == len(pattern) and all(
+        c == p or (p == "\0" and c.isascii() and c.isalnum()) for c, p in zip(text, pattern))
+
+
+def _gbnf(pattern: str) -> str:
+    """GBNF for ``pattern`` (not empty): its text, and any id at its id slots."""
+    parts = pattern.split(ID_SLOT)
+    return " ".join(item for i, part in enumerate(parts)
+                    for item in ((_ID_RULE,) if i else ()) + ((gbnf_literal(part),) if part else ()))
+
+
+@dataclass(frozen=True)
+class CallFrame:
+    """The text of one call around its tool's name and its JSON arguments (:data:`ID_SLOT` where it has an id)."""
+
+    opening: str
+    after_name: str
+    closing: str
+
+    def head(self, name: str) -> str:
+        """Everything before the arguments of a call of ``name``."""
+        return self.opening + name + self.after_name
+
+    def write(self, name: str, arguments: str) -> str:
+        return self.head(name) + arguments + self.closing
+
+    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
+        """One call of one of ``functions``, its arguments following the function's parameters."""
+        converter = SchemaConverter()
+        calls = []
+        for i, fn in enumerate(functions):
+            arguments = converter.visit(fn.get("parameters") or _NO_PARAMETERS, f"call{i}-args")
+            closing = f" {_gbnf(self.closing)}" if self.closing else ""
+            calls.append(f"{_gbnf(self.head(fn['name']))} {arguments}{closing}")
+        return LlamaGrammar(_grammar=converter.format_grammar() + f"root ::= {' | '.join(calls)}\n")
+
+    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
+        """(the name, where the arguments begin) when ``text`` begins with a complete head of a call of one of
+        ``names`` (the longest that fits)."""
+        for head, name in sorted(((self.head(n).lstrip(), n) for n in names), key=lambda h: -len(h[0])):
+            if _fits(text[:len(head)], head):
+                return name, len(head)
+        return None
+
+
+_NO_PARAMETERS = {"type": "object", "properties": {}}
+_JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
+
+
+class JsonFrame(CallFrame):
+    """``{"name": ..., "arguments": {...}}``, the frame of a formatter whose template writes none of its own: the
+    grammar of llama.cpp's schema converter (the whitespace between its parts is the model's)."""
+
+    def __init__(self) -> None:
+        super().__init__('{"name": "', '", "arguments": ', "}")
+
+    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
+        def one(fn: dict[str, Any]) -> dict[str, Any]:
+            return {"type": "object", "properties": {"name": {"const": fn["name"]},
+                                                     "arguments": fn.get("parameters") or _NO_PARAMETERS},
+                    "required": ["name", "arguments"]}
+
+        return json_schema_grammar(one(functions[0]) if len(functions) == 1
+                                   else {"anyOf": [one(fn) for fn in functions]})
+
+    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
+        head = _JSON_HEAD.match(text)
+        if head is None:
+            return None
+        name = json.loads(head.group(1))
+        return (name, head.end()) if name in names else None
+
+
+JSON_FRAME = JsonFrame()
+
+# the sentinel call the template is asked to write (its id is nine characters, as Mistral's)
+_ID = "zq0000001"
+_NAME = "zq_sentinel_tool"
+_KEY = "zq_sentinel_key"
+_ARGUMENTS = {_KEY: "zq sentinel value"}
+_THOUGHT = "zq sentinel thought"
+_TOOL = {"type": "function", "function": {"name": _NAME, "description": "A sentinel tool.", "parameters": {
+    "type": "object", "properties": {_KEY: {"type": "string"}}, "required": [_KEY]}}}
+_ASKED = [{"role": "user", "content": "zq sentinel question"}]
+
+
+def _called(**extra: Any) -> list[dict[str, Any]]:
+    call = {"id": _ID, "type": "function", "function": {"name": _NAME, "arguments": json.dumps(_ARGUMENTS)}}
+    return [*_ASKED, {"role": "assistant", "content": "", "tool_calls": [call], **extra}]
+
+
+def chosen_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]] | None:
+    """The functions a forced reply may call (None when the choice forces none): every offered one for
+    "required", the named one for a named choice (a name that was not offered is a ValueError)."""
+    by_name = {t["function"]["name"]: t["function"] for t in tools if "function" in t}
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        if name not in by_name:
+            raise ValueError(f"tool_choice names {name!r}, which is not among the tools: {', '.join(by_name)}")
+        return [by_name[name]]
+    if tool_choice == "required":
+        return list(by_name.values())
+    return None
+
+
+_frames: weakref.WeakKeyDictionary[Any, dict[str, CallFrame]] = weakref.WeakKeyDictionary()
+
+
+def template_frame(formatter: Formatter, variables: dict[str, Any]) -> CallFrame:
+    """The frame ``formatter``'s template writes a call in (:data:`JSON_FRAME` if none), once per formatter
+    and set of template variables."""
+    key = json.dumps(variables, sort_keys=True, default=repr)
+    try:
+        known = _frames.setdefault(formatter, {})
+    except TypeError:  # a formatter that cannot be weakly referenced is asked every time
+        known = {}
+    if key not in known:
+        known[key] = _derive(formatter, variables) or JSON_FRAME
+    return known[key]
+
+
+def _derive(formatter: Formatter, variables: dict[str, Any]) -> CallFrame | None:
+    """The frame of the sentinel call as ``formatter`` writes it, if its family's reader reads it back and a
+    thought before it changes nothing but the thinking block."""
+    markers = template_thinking_markers(formatter)
+
+    def written(messages: list[dict[str, Any]]) -> str | None:
+        try:
+            prompt = formatter(messages=_ASKED, tools=[_TOOL], add_generation_prompt=True, **variables).prompt
+            turn = formatter(messages=messages, tools=[_TOOL], add_generation_prompt=False, **variables).prompt
+        except Exception:  # noqa: BLE001 - a format that cannot render a call has no frame, whatever it raised
+            return None
+        return _after_prompt(turn, prompt, markers.start, markers.end)
+
+    text = written(_called())
+    if text is None:
+        return None
+    found = _frame_of(text)
+    frame = None if found is None else _reads_back(found)
+    if frame is None:
+        return None
+    thought = written(_called(reasoning_content=_THOUGHT)) if markers.end else None
+    at = -1 if thought is None else thought.find(_THOUGHT)
+    if thought is not None and at >= 0:  # after a thought, the call must follow the thinking's end at once
+        after = at + len(_THOUGHT)
+        opens = thought.find(frame.opening.lstrip().replace(ID_SLOT, _ID), after)
+        if opens < 0 or thought[after:opens].strip() != markers.end.strip():
+            return None
+    return frame
+
+
+def _after_prompt(turn: str, prompt: str, start: str, end: str) -> str | None:
+    """The text a turn writes after the generation prompt, less an empty thinking block it opens with; the
+    prompt may open the thinking itself (DeepSeek R1's ``<think>\\n``), which a past turn does not repeat."""
+    if turn.startswith(prompt):
+        text = turn[len(prompt):]
+        opened = bool(start) and prompt.rstrip().endswith(start.strip())
+    else:
+        cut = prompt.rfind(start.strip()) if start else -1
+        if cut < 0 or prompt[cut:].strip() != start.strip() or not turn.startswith(prompt[:cut]):
+            return None
+        text, opened = turn[cut:], False
+    rest = text.lstrip()
+    if opened and end and rest.startswith(end.strip()):
+        return rest[len(end.strip()):].lstrip()
+    if start and end and rest.startswith(start.strip()):
+        close = rest.find(end.strip(), len(start.strip()))
+        if close >= 0 and not rest[len(start.strip()):close].strip():
+            return rest[close + len(end.strip()):].lstrip()
+    return text
+
+
+def _frame_of(text: str) -> CallFrame | None:
+    """The frame around the sentinel's name and its arguments' JSON object in ``text``, with everything after
+    the arguments as its closing (cut down by :func:`_reads_back`)."""
+    named = text.find(_NAME)
+    keyed = text.find(json.dumps(_KEY), named + len(_NAME)) if named >= 0 else -1
+    opens = text.rfind("{", named + len(_NAME), keyed) if keyed >= 0 else -1
+    if opens < 0:
+        return None
+    try:
+        arguments, end = json.JSONDecoder().raw_decode(text, opens)
+    except json.JSONDecodeError:
+        return None
+    if arguments != _ARGUMENTS:
+        return None
+    return CallFrame(*(part.replace(_ID, ID_SLOT) for part in (text[:named], text[named + len(_NAME):opens],
+                                                                 text[end:])))
+
+
+def _reads_back(frame: CallFrame) -> CallFrame | None:
+    """``frame`` with the shortest closing that its family's reader reads the call back with (None if none)."""
+    for length in range(len(frame.closing) + 1):
+        shorter = CallFrame(frame.opening, frame.after_name, frame.closing[:length])
+        written = shorter.write(_NAME, json.dumps(_ARGUMENTS)).replace(ID_SLOT, _ID)
+        content, calls = parse_tool_calls(written, [_TOOL])
+        if not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+                (_NAME, _ARGUMENTS)]:
+            return shorter
+    return None
+
+
+Event = tuple[str, str]  # ("reasoning", text), ("name", the tool's name), ("arguments", text), ("content", text)
+
+
+class ForcedReply:
+    """A forced reply read as it is generated (fed piece by piece, then finished): its thinking, the tool's
+    name once the call's head is complete, then the arguments' text, less what may still be the frame's
+    closing (held back until the next piece decides).  Text that never became a call (``max_tokens`` cut it
+    before the name) comes out as content at the end."""
+
+    def __init__(self, frame: CallFrame, names: list[str], markers: Markers | None) -> None:
+        self.frame = frame
+        self.names = names
+        self.splitter = ReasoningSplitter(markers) if markers is not None else None
+        self.answer = ""  # the text after the thinking
+        self.name: str | None = None
+        self.sent = 0  # how much of the answer is out (as the head, or as arguments)
+        self.started = False  # whether the arguments' first character has come
+
+    def feed(self, text: str) -> list[Event]:
+        return self._advance(self.splitter.feed(text) if self.splitter else [("content", text)], final=False)
+
+    def finish(self) -> list[Event]:
+        return self._advance(self.splitter.finish() if self.splitter else [], final=True)
+
+    def _advance(self, pieces: Sequence[tuple[str, str]], final: bool) -> list[Event]:
+        out: list[Event] = [("reasoning", piece) for kind, piece in pieces if kind == "reasoning"]
+        self.answer += "".join(piece for kind, piece in pieces if kind == "content")
+        if self.name is None:
+            answer = self.answer.lstrip()
+            found = self.frame.match_head(answer, self.names)
+            if found is None:
+                if final and self.answer:
+                    out.append(("content", self.answer))
+                return out
+            self.name, self.sent = found[0], len(self.answer) - len(answer) + found[1]
+            out.append(("name", self.name))
+        tail = self.answer[self.sent:]
+        if not self.started:  # the space a grammar lets in before the arguments is not theirs
+            self.sent += len(tail) - len(tail.lstrip())
+            tail = tail.lstrip()
+            self.started = bool(tail)
+        if final:
+            body, closing = tail.rstrip(), self.frame.closing.strip()
+            body = body[:-len(closing)].rstrip() if closing and _fits(body[-len(closing):], closing) else body
+        else:
+            body = tail[:len(tail) - _closing_tail(tail, self.frame.closing)]
+        if body:
+            out.append(("arguments", body))
+            self.sent += len(body)
+        return out
+
+
+def _closing_tail(text: str, closing: str) -> int:
+    """The length of the longest end of ``text`` that begins ``closing`` (or is all of it)."""
+    for k in range(min(len(closing), len(text)), 0, -1):
+        if _fits(text[-k:], closing[:k]):
+            return k
+    return 0
+
+
+def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, dict[str, Any] | None]:
+    """(the thinking, the call) of a whole forced reply; no call when it was cut short of one."""
+    events = reply.feed(text) + reply.finish()
+    thinking = "".join(t for kind, t in events if kind == "reasoning")
+    arguments = "".join(t for kind, t in events if kind == "arguments")
+    if reply.name is None:
+        return thinking, None
+    try:
+        return thinking, make_tool_call(reply.name, json.loads(arguments))
+    except json.JSONDecodeError:
+        return thinking, None

@@ -1,0 +1,215 @@
+"""A forced tool call in the syntax the model's template writes calls in, after the thinking where the request
+splits it.  The oracle is the template (llama-server, whose required-call grammar comes from the same
+template, cannot serve one on a tiny vocabulary: its sampler setup fails there): the frame found in each
+template is read back by the family's own reader, and a forced reply on a tiny model with Qwen3's template
+is that template's call, whole and streamed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+
+from llama_cpp import Llama
+from llama_cpp.reasoning_split import Markers
+from llama_cpp.testing import llama_cpp_source_dir
+from llama_cpp_chat_formats import Jinja2ChatFormatter
+from llama_cpp_chat_formats.forced_calls import (ID_SLOT, JSON_FRAME, CallFrame, ForcedReply, read_forced_reply,
+                                                 template_frame)
+from llama_cpp_chat_formats.tool_calls import parse_tool_calls
+
+TEMPLATES = llama_cpp_source_dir() / "models" / "templates"
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"}},
+    "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {}}}}]
+ARGUMENTS = {"city": "Nice", "days": 2}
+
+# template -> (what it writes before get_weather's arguments, and after them)
+FRAMES = {
+    "Qwen-Qwen3-0.6B": ('<tool_call>\n{"name": "get_weather", "arguments": ', "}\n</tool_call>"),
+    "Qwen-Qwen2.5-7B-Instruct": ('<tool_call>\n{"name": "get_weather", "arguments": ', "}\n</tool_call>"),
+    "meta-llama-Llama-3.1-8B-Instruct": ('{"name": "get_weather", "parameters": ', "}"),
+    "mistralai-Mistral-Nemo-Instruct-2407": ('[TOOL_CALLS][{"name": "get_weather", "arguments": ',
+                                             f', "id": "{ID_SLOT}"}}]'),
+    "Mistral-Small-3.2-24B-Instruct-2506": (f"[TOOL_CALLS]get_weather[CALL_ID]{ID_SLOT}[ARGS]", ""),
+    "mistralai-Ministral-3-14B-Reasoning-2512": ("[TOOL_CALLS]get_weather[ARGS]", ""),
+    "meetkai-functionary-medium-v3.1": ("<function=get_weather>", ""),
+    "fireworks-ai-llama-3-firefunction-v2": (' functools[{"name": "get_weather", "arguments": ', "}]"),
+    "deepseek-ai-DeepSeek-V3.1": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>", ""),
+}
+# templates that keep the JSON frame, and why
+JSON_KEPT = {
+    "Qwen3-Coder": "its arguments are tagged one by one",
+    "LFM2-8B-A1B": "it writes Python calls",
+    "openai-gpt-oss-120b": "after the thinking its call opens a new message (the role header again)",
+}
+QWEN3_THINKING = Markers(start="<think>", end="</think>", start_space="\n", end_space="\n\n")
+
+
+def formatter(stem: str) -> Jinja2ChatFormatter:
+    return Jinja2ChatFormatter((TEMPLATES / f"{stem}.jinja").read_text(encoding="utf-8"), eos_token="</s>",
+                               bos_token="<s>")
+
+
+def framed_templates() -> list[str]:
+    return [p.stem for p in sorted(TEMPLATES.glob("*.jinja")) if template_frame(formatter(p.stem), {}) != JSON_FRAME]
+
+
+@pytest.mark.parametrize("stem", FRAMES)
+def test_the_frame_is_the_templates_own(stem: str) -> None:
+    frame = template_frame(formatter(stem), {})
+    assert (frame.head("get_weather"), frame.closing) == FRAMES[stem]
+
+
+@pytest.mark.parametrize("stem", JSON_KEPT)
+def test_templates_without_a_json_frame_keep_the_json_object(stem: str) -> None:
+    assert template_frame(formatter(stem), {}) is JSON_FRAME
+
+
+def test_a_formatter_that_is_not_a_template_keeps_the_json_object() -> None:
+    from llama_cpp_chat_formats.formats import format_chatml
+
+    assert template_frame(format_chatml, {}) is JSON_FRAME
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def read_in_pieces(text: str, frame: CallFrame, markers: Markers | None, size: int) -> tuple[str, str, str]:
+    """(thinking, name, arguments) of a forced reply fed ``size`` characters at a time."""
+    reply = ForcedReply(frame, ["get", "get_weather"], markers)
+    events = [e for piece in pieces(text, size) for e in reply.feed(piece)] + reply.finish()
+    names = [t for kind, t in events if kind == "name"]
+    assert len(names) == 1 and not [t for kind, t in events if kind == "content"]
+    return ("".join(t for kind, t in events if kind == "reasoning"), names[0],
+            "".join(t for kind, t in events if kind == "arguments"))
+
+
+def test_every_frame_is_read_back_by_its_familys_reader_and_by_the_forced_reader() -> None:
+    framed = framed_templates()
+    assert len(framed) >= 25, framed  # most of the pinned source's templates write JSON arguments
+    for stem in framed:
+        frame = template_frame(formatter(stem), {})
+        frame.grammar([t["function"] for t in TOOLS])  # llama.cpp's parser takes it
+        text = frame.write("get_weather", json.dumps(ARGUMENTS)).replace(ID_SLOT, "a1B2c3D4e")
+        content, calls = parse_tool_calls(text, TOOLS)
+        assert not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+            ("get_weather", ARGUMENTS)], (stem, text)
+        for size in (1, 2, 3, 7, len(text)):
+            thinking, name, arguments = read_in_pieces(text, frame, None, size)
+            assert (thinking, name, json.loads(arguments)) == ("", "get_weather", ARGUMENTS), (stem, size)
+            thinking, name, arguments = read_in_pieces(f"<think>\nweighing it</think>\n\n{text}", frame,
+                                                       QWEN3_THINKING, size)
+            assert (thinking, name, json.loads(arguments)) == ("weighing it", "get_weather", ARGUMENTS), (stem, size)
+
+
+def test_the_json_frame_reads_the_whitespace_its_grammar_allows() -> None:
+    text = '{\n  "name" : "get_weather",\n  "arguments": {"city": "Nice", "days": 2}\n}'
+    for size in (1, 4, len(text)):
+        _, name, arguments = read_in_pieces(text, JSON_FRAME, None, size)
+        assert (name, json.loads(arguments)) == ("get_weather", ARGUMENTS) and arguments.startswith("{")
+
+
+def test_a_reply_cut_short_is_no_call_and_its_text_stays() -> None:
+    frame = template_frame(formatter("Qwen-Qwen3-0.6B"), {})
+    reply = ForcedReply(frame, ["get_weather"], None)
+    assert read_forced_reply('<tool_call>\n{"na', reply) == ("", None)
+    reply = ForcedReply(frame, ["get_weather"], None)
+    assert read_forced_reply('<tool_call>\n{"name": "get_weather", "arguments": {"ci', reply) == ("", None)
+
+
+# --- on a model: a tiny random llama with Qwen3's template --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def qwen3(tiny_model_factory: Callable[..., Path]) -> Iterator[Llama]:
+    path = tiny_model_factory(chat_template=(TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8"))
+    with Llama(str(path), n_ctx=1024, verbose=False) as llm:
+        yield llm
+
+
+ASKED = [{"role": "user", "content": "Weather in Nice?"}]
+FORCED = dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, temperature=0,
+              max_tokens=192)
+
+
+class Prefix:
+    """A logits processor that makes the reply begin with ``text`` (then leaves it to the grammar)."""
+
+    def __init__(self, llm: Llama, text: str) -> None:
+        # after a word, so that the tokenizer adds no space in front of the text (SentencePiece's "▁")
+        tokens = llm.tokenize(b"a" + text.encode(), add_bos=False)
+        assert llm.detokenize(tokens[:1]).strip() == b"a"
+        self.tokens = tokens[1:]
+        self.start: int | None = None
+
+    def __call__(self, input_ids: Any, scores: np.ndarray) -> np.ndarray:
+        if self.start is None:
+            self.start = len(input_ids)
+        at = len(input_ids) - self.start
+        if at < len(self.tokens):
+            scores[:] = -np.inf
+            scores[self.tokens[at]] = 0.0
+        return scores
+
+
+def raw_text(out: dict[str, Any]) -> str:
+    return "".join(t["token"] for t in out["choices"][0]["logprobs"]["content"])
+
+
+def streamed_call(chunks: Iterator[dict[str, Any]]) -> tuple[str, str, str, list[str]]:
+    """(thinking, name, arguments, the order of the delta kinds) of a streamed forced reply."""
+    thinking, name, arguments, order = "", "", "", []
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"]
+        for key in ("reasoning_content", "content", "tool_calls"):
+            if delta.get(key) and (not order or order[-1] != key):
+                order.append(key)
+        thinking += delta.get("reasoning_content") or ""
+        for call in delta.get("tool_calls") or ():
+            name += call["function"].get("name") or ""
+            arguments += call["function"]["arguments"]
+    return thinking, name, arguments, order
+
+
+def test_a_forced_call_is_written_as_the_template_writes_calls(qwen3: Llama) -> None:
+    out = qwen3.create_chat_completion(ASKED, logprobs=True, reasoning_format="none", **FORCED)
+    text = raw_text(out)
+    assert text.startswith('<tool_call>\n{"name": "get_weather", "arguments": {') and text.endswith("}\n</tool_call>")
+    message = out["choices"][0]["message"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls" and message["content"] is None
+    assert [c["function"] for c in message["tool_calls"]] == [c["function"] for c in parse_tool_calls(text, TOOLS)[1]]
+    thinking, name, arguments, _ = streamed_call(qwen3.create_chat_completion(ASKED, stream=True, **FORCED))
+    assert (thinking, name, json.loads(arguments)) == ("", "get_weather",
+                                                        json.loads(message["tool_calls"][0]["function"]["arguments"]))
+
+
+def test_a_reasoning_model_thinks_before_its_forced_call(qwen3: Llama) -> None:
+    out = qwen3.create_chat_completion(ASKED, logprobs=True, reasoning_format="auto",
+                                       logits_processor=[Prefix(qwen3, "<think>\nhmm\n</think>\n\n")], **FORCED)
+    text = raw_text(out)  # (the random model writes some of the whitespace the grammar allows before the call)
+    assert text.startswith("<think>\nhmm\n</think>\n\n") and text.endswith("}\n</tool_call>")
+    assert text[len("<think>\nhmm\n</think>"):].lstrip().startswith('<tool_call>\n{"name": "get_weather"')
+    message = out["choices"][0]["message"]
+    assert message["reasoning_content"].strip() == "hmm" and message["content"] is None
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == json.loads(text[text.index('"arguments": ') + 13:-len("}\n</tool_call>")])
+    thinking, name, arguments, order = streamed_call(qwen3.create_chat_completion(
+        ASKED, stream=True, reasoning_format="auto", logits_processor=[Prefix(qwen3, "<think>\nhmm\n</think>\n\n")],
+        **FORCED))
+    assert order == ["reasoning_content", "tool_calls"]
+    assert (thinking, name, json.loads(arguments)) == (message["reasoning_content"], "get_weather",
+                                                        json.loads(call["function"]["arguments"]))
+
+
+def test_a_grammar_built_for_every_chosen_tool(qwen3: Llama) -> None:
+    out = qwen3.create_chat_completion(ASKED, tools=TOOLS, tool_choice="required", temperature=0, max_tokens=96,
+                                       logprobs=True, reasoning_format="none")
+    (call,) = out["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] in {"get", "get_weather"}
+    assert raw_text(out).startswith(f'<tool_call>\n{{"name": "{call["function"]["name"]}", "arguments": ')
