@@ -72,6 +72,21 @@ def test_the_grammar_is_applied_first_or_checks_the_pick(llm: Llama) -> None:
     ctx.close()
 
 
+def test_a_token_the_grammar_refuses_is_not_accepted(llm: Llama) -> None:
+    """llama.cpp's grammar ends the process when it is made to accept a token it does not allow."""
+    ctx = LlamaSamplingContext(LlamaSamplingParams(temp=0.0, grammar='root ::= "yes"'), llm)
+    no = llm.tokenize(b" no", add_bos=False)[0]
+    with pytest.raises(ValueError, match=f"token {no} is not one the grammar allows"):
+        ctx.accept(no)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ctx.accept(llm.n_vocab())
+    token = ctx.sample(llm)  # nothing was accepted: the grammar is where it was
+    ctx.accept(token)
+    assert b"yes".startswith(llm.detokenize([token]).strip())
+    ctx.accept(no, accept_grammar=False)  # the chain alone (penalties) may take any token
+    ctx.close()
+
+
 def test_a_custom_sampler_edits_the_candidates(llm: Llama) -> None:
     best = int(np.argmax(llm.logits_view()))
     seen: list[Any] = []

@@ -310,11 +310,7 @@ class LlamaSamplingContext:
         token = int(self._view["id"][cur_p.selected])
         if self.grammar_sampler is None or grammar_first:
             return token
-        single = self._single_p
-        self._single[0].id, self._single[0].logit, self._single[0].p = token, 1.0, 0.0
-        single.selected, single.sorted = -1, False
-        lib.llama_sampler_apply(self.grammar_sampler, single)
-        if self._single[0].logit != float("-inf"):
+        if self._grammar_allows(token):
             return token
         cur_p = self._fill(row)
         lib.llama_sampler_apply(self.grammar_sampler, cur_p)
@@ -338,11 +334,25 @@ class LlamaSamplingContext:
         if not 0 <= cur_p.selected < cur_p.size:
             raise RuntimeError("the sampler chain selected no token (a custom sampler must leave one selectable)")
 
+    def _grammar_allows(self, token: int) -> bool:
+        single = self._single_p
+        self._single[0].id, self._single[0].logit, self._single[0].p = token, 1.0, 0.0
+        single.selected, single.sorted = -1, False
+        lib.llama_sampler_apply(self.grammar_sampler, single)
+        return bool(self._single[0].logit != float("-inf"))
+
     def accept(self, token: int, accept_grammar: bool = True) -> None:
         """``token`` was kept: the chain (penalties, mirostat...) and, with ``accept_grammar``, the grammar
-        move past it; ``prev`` remembers it."""
+        move past it; ``prev`` remembers it.  A token the grammar does not allow here is a ValueError (llama.cpp's
+        grammar would end the process on it): what ``sample`` returns when every token the grammar allows was
+        excluded (a -inf logit bias, an edited logits row), or a token of the caller's own."""
         chain = self._live_chain()
         if self.grammar_sampler is not None and accept_grammar:
+            if not 0 <= token < self.n_vocab:
+                raise ValueError(f"token {token} is outside the vocabulary (0..{self.n_vocab - 1})")
+            if not self._grammar_allows(token):
+                raise ValueError(f"token {token} is not one the grammar allows here (when it was sampled, every "
+                                 "token the grammar allows had been excluded: a -inf logit bias, an edited row)")
             lib.llama_sampler_accept(self.grammar_sampler, token)
         lib.llama_sampler_accept(chain.ptr, token)
         chain.raise_stage_error()
