@@ -29,7 +29,8 @@ _THINKING: contextvars.ContextVar[Markers | None] = contextvars.ContextVar("llam
 _PREFIX = "reasoning-"
 
 
-def _class_char(ch: str) -> str:
+def class_char(ch: str) -> str:
+    """``ch`` as it is written inside a GBNF character class."""
     if ch in "]\\^-[":
         return "\\" + ch
     if ch == "\n":
@@ -69,7 +70,7 @@ def text_without(name: str, marker: str) -> list[str]:
             if k > 0:
                 alternatives.append(f"{gbnf_literal(ch)} {name if k == 0 else f'{name}-{k}'}")
                 seen.add(ch)
-        excluded = "".join(_class_char(c) for c in sorted(seen))
+        excluded = "".join(class_char(c) for c in sorted(seen))
         alternatives.append(f"[^{excluded}] {name}")
         rules.append(f"{state} ::= ({' | '.join(alternatives)})?")
     return rules
@@ -119,4 +120,5 @@ def after_thinking(grammar: LlamaGrammar) -> LlamaGrammar:
     return grammar if markers is None else with_reasoning_prefix(grammar, markers)
 
 
-__all__ = ["ROOT", "after_thinking", "current_thinking", "text_without", "thinking_first", "with_reasoning_prefix"]
+__all__ = ["ROOT", "after_thinking", "class_char", "current_thinking", "text_without", "thinking_first",
+           "with_reasoning_prefix"]

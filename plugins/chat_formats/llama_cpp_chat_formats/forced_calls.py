@@ -2,36 +2,36 @@
 
 A model calls tools the way its chat template writes an assistant's calls, and llama-server constrains a
 required call to that syntax (its parser is derived from the template).  Here the template is asked too:
-it renders a turn that calls a sentinel tool with sentinel arguments, and the text it writes before the
-tool's name, between the name and the JSON arguments, and after them is the call's :class:`CallFrame`
-(Hermes / Qwen: ``<tool_call>\\n{"name": "`` NAME ``", "arguments": `` ARGS ``}\\n</tool_call>``; Mistral:
-``[TOOL_CALLS]`` NAME ``[ARGS]`` ARGS).  A call id the template writes (Mistral's ``[CALL_ID]``, Cohere's
-``tool_call_id``) is left to the model: nine letters or digits, as Mistral's templates require.  After the
-arguments the frame keeps the shortest text with which
-the family's reader (:mod:`.tool_calls`) reads the call back: the turn's end is the model's to write, and
-once the grammar is complete only an end-of-generation token can follow.
+it renders a turn that calls a sentinel tool with sentinel arguments, and the text it writes around the
+tool's name and the arguments is the call's frame (:mod:`.call_frames`): around one JSON object (Hermes /
+Qwen: ``<tool_call>\n{"name": "`` NAME ``", "arguments": `` ARGS ``}\n</tool_call>``; Mistral:
+``[TOOL_CALLS]`` NAME ``[ARGS]`` ARGS), or around each argument (Qwen3-Coder and Qwen 3.5:
+``<parameter=`` KEY ``>\n`` VALUE ``\n</parameter>``; GLM's ``<arg_key>``, MiniMax-M2's ``<parameter
+name=...>``).  A call id the template writes (Mistral's ``[CALL_ID]``, Cohere's ``tool_call_id``) is left
+to the model: nine letters or digits, as Mistral's templates require.  After the arguments the frame keeps
+the shortest text with which the family's reader (:mod:`.tool_calls`) reads the call back: the turn's end
+is the model's to write, and once the grammar is complete only an end-of-generation token can follow.
 
 The grammar forces the frame with a chosen tool's name and its parameters' schema inside, after the
 thinking block when the request splits reasoning (:func:`llama_cpp.reasoning_grammar.after_thinking`):
 a reasoning model thinks before it calls, as it does under llama-server.
 
-A template whose calls do not carry their arguments as one JSON object (Qwen3-Coder's tags, LFM2's Python
-calls), whose call reads differently after thinking (gpt-oss repeats its role header), or that cannot
-render a call at all (a hand-written format) keeps :data:`JSON_FRAME`, ``{"name": ..., "arguments": ...}``.
+A template whose call is written otherwise (LFM2's Python calls, Gemma 4's own value syntax), whose call
+reads differently after thinking (gpt-oss repeats its role header), or that cannot render a call at all
+(a hand-written format) keeps :data:`JSON_FRAME`, ``{"name": ..., "arguments": ...}``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from llama_cpp.llama_chat_format import ChatFormatterResponse
-from llama_cpp.llama_grammar import LlamaGrammar, SchemaConverter, gbnf_literal, json_schema_grammar
 from llama_cpp.reasoning_split import Markers, ReasoningSplitter
 
+from .call_frames import ID_SLOT, JSON_FRAME, CallFrame, TaggedFrame
 from .call_values import make_tool_call
 from .continuation import template_thinking_markers
 from .tool_calls import parse_tool_calls
@@ -39,96 +39,15 @@ from .tool_calls import parse_tool_calls
 Formatter = Callable[..., ChatFormatterResponse]
 
 
-# where a frame's text has a call id: any letter or digit at each of these places
-ID_SLOT = "\0" * 9
-_ID_RULE = "[a-zA-Z0-9]{9}"
-
-
-def _fits(text: str, pattern: str) -> bool:
-    """Whether ``text`` is ``pattern`` with letters or digits at its id slots (the same length)."""
-    return len(text) == len(pattern) and all(
-        c == p or (p == "\0" and c.isascii() and c.isalnum()) for c, p in zip(text, pattern))
-
-
-def _gbnf(pattern: str) -> str:
-    """GBNF for ``pattern`` (not empty): its text, and any id at its id slots."""
-    parts = pattern.split(ID_SLOT)
-    return " ".join(item for i, part in enumerate(parts)
-                    for item in ((_ID_RULE,) if i else ()) + ((gbnf_literal(part),) if part else ()))
-
-
-@dataclass(frozen=True)
-class CallFrame:
-    """The text of one call around its tool's name and its JSON arguments (:data:`ID_SLOT` where it has an id)."""
-
-    opening: str
-    after_name: str
-    closing: str
-
-    def head(self, name: str) -> str:
-        """Everything before the arguments of a call of ``name``."""
-        return self.opening + name + self.after_name
-
-    def write(self, name: str, arguments: str) -> str:
-        return self.head(name) + arguments + self.closing
-
-    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
-        """One call of one of ``functions``, its arguments following the function's parameters."""
-        converter = SchemaConverter()
-        calls = []
-        for i, fn in enumerate(functions):
-            arguments = converter.visit(fn.get("parameters") or _NO_PARAMETERS, f"call{i}-args")
-            closing = f" {_gbnf(self.closing)}" if self.closing else ""
-            calls.append(f"{_gbnf(self.head(fn['name']))} {arguments}{closing}")
-        return LlamaGrammar(_grammar=converter.format_grammar() + f"root ::= {' | '.join(calls)}\n")
-
-    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
-        """(the name, where the arguments begin) when ``text`` begins with a complete head of a call of one of
-        ``names`` (the longest that fits)."""
-        for head, name in sorted(((self.head(n).lstrip(), n) for n in names), key=lambda h: -len(h[0])):
-            if _fits(text[:len(head)], head):
-                return name, len(head)
-        return None
-
-
-_NO_PARAMETERS = {"type": "object", "properties": {}}
-_JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
-
-
-class JsonFrame(CallFrame):
-    """``{"name": ..., "arguments": {...}}``, the frame of a formatter whose template writes none of its own: the
-    grammar of llama.cpp's schema converter (the whitespace between its parts is the model's)."""
-
-    def __init__(self) -> None:
-        super().__init__('{"name": "', '", "arguments": ', "}")
-
-    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
-        def one(fn: dict[str, Any]) -> dict[str, Any]:
-            return {"type": "object", "properties": {"name": {"const": fn["name"]},
-                                                     "arguments": fn.get("parameters") or _NO_PARAMETERS},
-                    "required": ["name", "arguments"]}
-
-        return json_schema_grammar(one(functions[0]) if len(functions) == 1
-                                   else {"anyOf": [one(fn) for fn in functions]})
-
-    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
-        head = _JSON_HEAD.match(text)
-        if head is None:
-            return None
-        name = json.loads(head.group(1))
-        return (name, head.end()) if name in names else None
-
-
-JSON_FRAME = JsonFrame()
-
 # the sentinel call the template is asked to write (its id is nine characters, as Mistral's)
 _ID = "zq0000001"
 _NAME = "zq_sentinel_tool"
-_KEY = "zq_sentinel_key"
-_ARGUMENTS = {_KEY: "zq sentinel value"}
+_KEY, _VALUE, _NUMBER_KEY, _NUMBER = "zq_sentinel_key", "zq sentinel value", "zq_sentinel_number", 4217
+_ARGUMENTS = {_KEY: _VALUE, _NUMBER_KEY: _NUMBER}
 _THOUGHT = "zq sentinel thought"
 _TOOL = {"type": "function", "function": {"name": _NAME, "description": "A sentinel tool.", "parameters": {
-    "type": "object", "properties": {_KEY: {"type": "string"}}, "required": [_KEY]}}}
+    "type": "object", "properties": {_KEY: {"type": "string"}, _NUMBER_KEY: {"type": "integer"}},
+    "required": [_KEY, _NUMBER_KEY]}}}
 _ASKED = [{"role": "user", "content": "zq sentinel question"}]
 
 
@@ -219,29 +138,65 @@ def _after_prompt(turn: str, prompt: str, start: str, end: str) -> str | None:
 
 
 def _frame_of(text: str) -> CallFrame | None:
-    """The frame around the sentinel's name and its arguments' JSON object in ``text``, with everything after
-    the arguments as its closing (cut down by :func:`_reads_back`)."""
+    """The frame around the sentinel's name and its arguments in ``text`` (one JSON object, or one tag each),
+    with everything after the arguments as its closing (cut down by :func:`_reads_back`)."""
     named = text.find(_NAME)
-    keyed = text.find(json.dumps(_KEY), named + len(_NAME)) if named >= 0 else -1
-    opens = text.rfind("{", named + len(_NAME), keyed) if keyed >= 0 else -1
-    if opens < 0:
+    if named < 0:
         return None
-    try:
-        arguments, end = json.JSONDecoder().raw_decode(text, opens)
-    except json.JSONDecodeError:
+    after = named + len(_NAME)
+    keyed = text.find(json.dumps(_KEY), after)
+    opens = text.rfind("{", after, keyed) if keyed >= 0 else -1
+    if opens >= 0:
+        try:
+            arguments, end = json.JSONDecoder().raw_decode(text, opens)
+        except json.JSONDecodeError:
+            return None
+        if arguments != _ARGUMENTS:
+            return None
+        return CallFrame(*(part.replace(_ID, ID_SLOT) for part in (text[:named], text[after:opens], text[end:])))
+    return _tagged_frame_of(text, named)
+
+
+def _tagged_frame_of(text: str, named: int) -> TaggedFrame | None:
+    """The frame of arguments written one by one: the same text before each key, between a key and its value
+    and after the value (the split between the head's end and the first key's opening is the longest text
+    both arguments' openings share: whatever the split, a call is written the same)."""
+    at, marks = named + len(_NAME), []
+    for mark in (_KEY, _VALUE, _NUMBER_KEY, str(_NUMBER)):
+        found = text.find(mark, at)
+        if found < 0:
+            return None
+        marks.append((found, found + len(mark)))
+        at = found + len(mark)
+    (key, key_end), (value, value_end), (number_key, number_key_end), (number, number_end) = marks
+    first_open, second_open = text[named + len(_NAME):key], text[value_end:number_key]
+    mid = text[key_end:value]
+    if mid != text[number_key_end:number]:
         return None
-    if arguments != _ARGUMENTS:
+    shared = 0
+    while shared < min(len(first_open), len(second_open)) and first_open[-1 - shared] == second_open[-1 - shared]:
+        shared += 1
+    arg_open = first_open[len(first_open) - shared:]
+    arg_close = second_open[:len(second_open) - shared]
+    if not arg_open or not arg_close or not text.startswith(arg_close, number_end):
         return None
-    return CallFrame(*(part.replace(_ID, ID_SLOT) for part in (text[:named], text[named + len(_NAME):opens],
-                                                                 text[end:])))
+    pieces = (text[:named], first_open[:len(first_open) - shared], text[number_end + len(arg_close):], arg_open,
+              mid, arg_close)
+    if any(sentinel in piece for piece in pieces for sentinel in (_ID, _NAME, _KEY, _VALUE, _NUMBER_KEY)):
+        return None
+    return TaggedFrame(*pieces)
+
+
+def _written(frame: CallFrame) -> str:
+    arguments = frame.tagged(_ARGUMENTS) if isinstance(frame, TaggedFrame) else json.dumps(_ARGUMENTS)
+    return frame.write(_NAME, arguments).replace(ID_SLOT, _ID)
 
 
 def _reads_back(frame: CallFrame) -> CallFrame | None:
     """``frame`` with the shortest closing that its family's reader reads the call back with (None if none)."""
     for length in range(len(frame.closing) + 1):
-        shorter = CallFrame(frame.opening, frame.after_name, frame.closing[:length])
-        written = shorter.write(_NAME, json.dumps(_ARGUMENTS)).replace(ID_SLOT, _ID)
-        content, calls = parse_tool_calls(written, [_TOOL])
+        shorter = dataclasses.replace(frame, closing=frame.closing[:length])
+        content, calls = parse_tool_calls(_written(shorter), [_TOOL])
         if not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
                 (_NAME, _ARGUMENTS)]:
             return shorter
@@ -253,13 +208,14 @@ Event = tuple[str, str]  # ("reasoning", text), ("name", the tool's name), ("arg
 
 class ForcedReply:
     """A forced reply read as it is generated (fed piece by piece, then finished): its thinking, the tool's
-    name once the call's head is complete, then the arguments' text, less what may still be the frame's
-    closing (held back until the next piece decides).  Text that never became a call (``max_tokens`` cut it
-    before the name) comes out as content at the end."""
+    name once the call's head is complete, then the arguments' JSON text: as it is sampled, less what may
+    still be the frame's closing (held back until the next piece decides); at the end for a frame whose
+    arguments are tagged.  Text that never became a call (``max_tokens`` cut it before the name) comes out
+    as content at the end."""
 
-    def __init__(self, frame: CallFrame, names: list[str], markers: Markers | None) -> None:
+    def __init__(self, frame: CallFrame, functions: list[dict[str, Any]], markers: Markers | None) -> None:
         self.frame = frame
-        self.names = names
+        self.functions = {fn["name"]: fn for fn in functions}
         self.splitter = ReasoningSplitter(markers) if markers is not None else None
         self.answer = ""  # the text after the thinking
         self.name: str | None = None
@@ -277,7 +233,7 @@ class ForcedReply:
         self.answer += "".join(piece for kind, piece in pieces if kind == "content")
         if self.name is None:
             answer = self.answer.lstrip()
-            found = self.frame.match_head(answer, self.names)
+            found = self.frame.match_head(answer, list(self.functions))
             if found is None:
                 if final and self.answer:
                     out.append(("content", self.answer))
@@ -285,27 +241,18 @@ class ForcedReply:
             self.name, self.sent = found[0], len(self.answer) - len(answer) + found[1]
             out.append(("name", self.name))
         tail = self.answer[self.sent:]
+        if isinstance(self.frame, TaggedFrame):
+            arguments = self.frame.read_arguments(tail, self.functions[self.name]) if final else None
+            return out + [("arguments", json.dumps(arguments))] if arguments is not None else out
         if not self.started:  # the space a grammar lets in before the arguments is not theirs
             self.sent += len(tail) - len(tail.lstrip())
             tail = tail.lstrip()
             self.started = bool(tail)
-        if final:
-            body, closing = tail.rstrip(), self.frame.closing.strip()
-            body = body[:-len(closing)].rstrip() if closing and _fits(body[-len(closing):], closing) else body
-        else:
-            body = tail[:len(tail) - _closing_tail(tail, self.frame.closing)]
+        body = self.frame.without_closing(tail) if final else tail[:len(tail) - self.frame.held_back(tail)]
         if body:
             out.append(("arguments", body))
             self.sent += len(body)
         return out
-
-
-def _closing_tail(text: str, closing: str) -> int:
-    """The length of the longest end of ``text`` that begins ``closing`` (or is all of it)."""
-    for k in range(min(len(closing), len(text)), 0, -1):
-        if _fits(text[-k:], closing[:k]):
-            return k
-    return 0
 
 
 def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, dict[str, Any] | None]:

@@ -164,7 +164,7 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     if chosen is not None:  # in the template's own call syntax, after the thinking (:mod:`.forced_calls`)
         frame = template_frame(formatter, dict(request.get("chat_template_kwargs") or {}))
         request["grammar"] = after_thinking(frame.grammar(chosen))
-        forced = ForcedReply(frame, [fn["name"] for fn in chosen], current_thinking())
+        forced = ForcedReply(frame, chosen, current_thinking())
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:

@@ -17,8 +17,8 @@ from llama_cpp import Llama
 from llama_cpp.reasoning_split import Markers
 from llama_cpp.testing import llama_cpp_source_dir
 from llama_cpp_chat_formats import Jinja2ChatFormatter
-from llama_cpp_chat_formats.forced_calls import (ID_SLOT, JSON_FRAME, CallFrame, ForcedReply, read_forced_reply,
-                                                 template_frame)
+from llama_cpp_chat_formats.call_frames import ID_SLOT, JSON_FRAME, CallFrame, TaggedFrame
+from llama_cpp_chat_formats.forced_calls import ForcedReply, read_forced_reply, template_frame
 from llama_cpp_chat_formats.tool_calls import parse_tool_calls
 
 TEMPLATES = llama_cpp_source_dir() / "models" / "templates"
@@ -41,10 +41,23 @@ FRAMES = {
     "fireworks-ai-llama-3-firefunction-v2": (' functools[{"name": "get_weather", "arguments": ', "}]"),
     "deepseek-ai-DeepSeek-V3.1": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>", ""),
 }
+# template -> how it writes get_weather(city="Nice", days=2), its arguments tag by tag
+TAGGED = {
+    "Qwen3-Coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nNice\n</parameter>\n<parameter=days>\n2\n"
+                   "</parameter>\n</function>\n</tool_call>",
+    "Qwen3.5-4B": "<tool_call>\n<function=get_weather>\n<parameter=city>\nNice\n</parameter>\n<parameter=days>\n2\n"
+                  "</parameter>\n</function>\n</tool_call>",
+    "GLM-4.6": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Nice</arg_value>\n<arg_key>days</arg_key>\n"
+               "<arg_value>2</arg_value>\n</tool_call>",
+    "MiniMax-M2": '\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Nice</parameter>\n'
+                  '<parameter name="days">2</parameter>\n</invoke>',
+    "openbmb-MiniCPM5-1B": '<function name="get_weather"><param name="city">Nice</param><param name="days">2</param>'
+                           '</function>',
+}
 # templates that keep the JSON frame, and why
 JSON_KEPT = {
-    "Qwen3-Coder": "its arguments are tagged one by one",
     "LFM2-8B-A1B": "it writes Python calls",
+    "google-gemma-4-31B-it": "its values have a syntax of their own",
     "openai-gpt-oss-120b": "after the thinking its call opens a new message (the role header again)",
 }
 QWEN3_THINKING = Markers(start="<think>", end="</think>", start_space="\n", end_space="\n\n")
@@ -65,6 +78,12 @@ def test_the_frame_is_the_templates_own(stem: str) -> None:
     assert (frame.head("get_weather"), frame.closing) == FRAMES[stem]
 
 
+@pytest.mark.parametrize("stem", TAGGED)
+def test_a_tagged_frame_is_the_templates_own(stem: str) -> None:
+    frame = template_frame(formatter(stem), {})
+    assert isinstance(frame, TaggedFrame) and frame.write("get_weather", frame.tagged(ARGUMENTS)) == TAGGED[stem]
+
+
 @pytest.mark.parametrize("stem", JSON_KEPT)
 def test_templates_without_a_json_frame_keep_the_json_object(stem: str) -> None:
     assert template_frame(formatter(stem), {}) is JSON_FRAME
@@ -82,7 +101,7 @@ def pieces(text: str, size: int) -> list[str]:
 
 def read_in_pieces(text: str, frame: CallFrame, markers: Markers | None, size: int) -> tuple[str, str, str]:
     """(thinking, name, arguments) of a forced reply fed ``size`` characters at a time."""
-    reply = ForcedReply(frame, ["get", "get_weather"], markers)
+    reply = ForcedReply(frame, [t["function"] for t in TOOLS], markers)
     events = [e for piece in pieces(text, size) for e in reply.feed(piece)] + reply.finish()
     names = [t for kind, t in events if kind == "name"]
     assert len(names) == 1 and not [t for kind, t in events if kind == "content"]
@@ -92,11 +111,12 @@ def read_in_pieces(text: str, frame: CallFrame, markers: Markers | None, size: i
 
 def test_every_frame_is_read_back_by_its_familys_reader_and_by_the_forced_reader() -> None:
     framed = framed_templates()
-    assert len(framed) >= 25, framed  # most of the pinned source's templates write JSON arguments
+    assert len(framed) >= 40, framed  # most of the pinned source's templates
     for stem in framed:
         frame = template_frame(formatter(stem), {})
         frame.grammar([t["function"] for t in TOOLS])  # llama.cpp's parser takes it
-        text = frame.write("get_weather", json.dumps(ARGUMENTS)).replace(ID_SLOT, "a1B2c3D4e")
+        arguments = frame.tagged(ARGUMENTS) if isinstance(frame, TaggedFrame) else json.dumps(ARGUMENTS)
+        text = frame.write("get_weather", arguments).replace(ID_SLOT, "a1B2c3D4e")
         content, calls = parse_tool_calls(text, TOOLS)
         assert not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
             ("get_weather", ARGUMENTS)], (stem, text)
@@ -117,9 +137,9 @@ def test_the_json_frame_reads_the_whitespace_its_grammar_allows() -> None:
 
 def test_a_reply_cut_short_is_no_call_and_its_text_stays() -> None:
     frame = template_frame(formatter("Qwen-Qwen3-0.6B"), {})
-    reply = ForcedReply(frame, ["get_weather"], None)
+    reply = ForcedReply(frame, [TOOLS[0]["function"]], None)
     assert read_forced_reply('<tool_call>\n{"na', reply) == ("", None)
-    reply = ForcedReply(frame, ["get_weather"], None)
+    reply = ForcedReply(frame, [TOOLS[0]["function"]], None)
     assert read_forced_reply('<tool_call>\n{"name": "get_weather", "arguments": {"ci', reply) == ("", None)
 
 
@@ -198,7 +218,8 @@ def test_a_reasoning_model_thinks_before_its_forced_call(qwen3: Llama) -> None:
     assert message["reasoning_content"].strip() == "hmm" and message["content"] is None
     (call,) = message["tool_calls"]
     assert call["function"]["name"] == "get_weather"
-    assert json.loads(call["function"]["arguments"]) == json.loads(text[text.index('"arguments": ') + 13:-len("}\n</tool_call>")])
+    written = text[text.index('"arguments": ') + len('"arguments": '):-len("}\n</tool_call>")]
+    assert json.loads(call["function"]["arguments"]) == json.loads(written)
     thinking, name, arguments, order = streamed_call(qwen3.create_chat_completion(
         ASKED, stream=True, reasoning_format="auto", logits_processor=[Prefix(qwen3, "<think>\nhmm\n</think>\n\n")],
         **FORCED))
@@ -213,3 +234,42 @@ def test_a_grammar_built_for_every_chosen_tool(qwen3: Llama) -> None:
     (call,) = out["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] in {"get", "get_weather"}
     assert raw_text(out).startswith(f'<tool_call>\n{{"name": "{call["function"]["name"]}", "arguments": ')
+
+
+@pytest.fixture(scope="module")
+def qwen3_coder(tiny_model_factory: Callable[..., Path]) -> Iterator[Llama]:
+    path = tiny_model_factory(chat_template=(TEMPLATES / "Qwen3-Coder.jinja").read_text(encoding="utf-8"))
+    with Llama(str(path), n_ctx=1024, verbose=False) as llm:
+        yield llm
+
+
+def test_a_forced_call_with_tagged_arguments_reads_them_by_the_schema(qwen3_coder: Llama) -> None:
+    out = qwen3_coder.create_chat_completion(ASKED, logprobs=True, **FORCED)
+    text = raw_text(out)
+    assert text.startswith("<tool_call>\n<function=get_weather>\n<parameter=city>\n")
+    assert text.endswith("</parameter>\n</function>\n</tool_call>")
+    (call,) = out["choices"][0]["message"]["tool_calls"]
+    arguments = json.loads(call["function"]["arguments"])
+    assert isinstance(arguments["city"], str) and isinstance(arguments.get("days", 0), int)
+    assert text.count("<parameter=") == len(arguments)
+    thinking, name, streamed, order = streamed_call(qwen3_coder.create_chat_completion(ASKED, stream=True, **FORCED))
+    assert (thinking, name, json.loads(streamed), order) == ("", "get_weather", arguments, ["tool_calls"])
+
+
+def test_tagged_arguments_follow_every_kind_of_parameter() -> None:
+    """Enums, bounded and free strings, numbers, $ref'd objects and lists: the grammar builds (llama.cpp's
+    parser takes it) and a call written in the frame is read back by the schema."""
+    frame = template_frame(formatter("Qwen3-Coder"), {})
+    assert isinstance(frame, TaggedFrame)
+    schema = {"type": "object", "$defs": {"Place": {"type": "object", "properties": {"lat": {"type": "number"}}}},
+              "properties": {"unit": {"type": "string", "enum": ["C", "F"]}, "code": {"type": "string",
+                             "maxLength": 5}, "note": {"type": "string"}, "n": {"type": "integer"},
+                             "place": {"$ref": "#/$defs/Place"}, "tags": {"type": "array", "items": {"type": "string"}}},
+              "required": ["unit", "code"]}
+    function = {"name": "f", "parameters": schema}
+    grammar = frame.grammar([function]).grammar
+    assert 'call0-value0 ::= "C" | "F"' in grammar and "[^\\n]{0,5}" in grammar
+    arguments = {"unit": "C", "code": "007", "note": "two\nlines", "n": 3, "place": {"lat": 1.5}, "tags": ["a"]}
+    head = frame.head("f")
+    assert frame.read_arguments(frame.write("f", frame.tagged(arguments))[len(head):], function) == arguments
+    assert frame.read_arguments(frame.write("f", frame.tagged(arguments))[len(head):-3], function) is None  # cut
