@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llama_cpp.llama_grammar import LlamaGrammar, SchemaConverter, gbnf_literal, json_schema_grammar
@@ -45,6 +45,8 @@ class CallFrame:
     opening: str
     after_name: str
     closing: str
+    #: what the template writes between a thought and the call (stripped; None where it writes no thought)
+    after_thought: str | None = field(default=None, kw_only=True)
 
     def head(self, name: str) -> str:
         """Everything before the arguments of a call of ``name``."""

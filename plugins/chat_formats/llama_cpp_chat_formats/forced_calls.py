@@ -86,9 +86,19 @@ def template_frame(formatter: Formatter, variables: dict[str, Any]) -> CallFrame
     return known[key]
 
 
+def frame_for(formatter: Formatter, variables: dict[str, Any], thinking: Markers | None) -> CallFrame:
+    """The frame of a forced call of this request: the template's, unless the reply may think first and the
+    template writes something else than the thinking's end between a thought and a call (gpt-oss: a new
+    message header), which the grammar after the thinking would not let in."""
+    frame = template_frame(formatter, variables)
+    if thinking is not None and frame.after_thought is not None and frame.after_thought != thinking.end.strip():
+        return JSON_FRAME
+    return frame
+
+
 def _derive(formatter: Formatter, variables: dict[str, Any]) -> CallFrame | None:
-    """The frame of the sentinel call as ``formatter`` writes it, if its family's reader reads it back and a
-    thought before it changes nothing but the thinking block."""
+    """The frame of the sentinel call as ``formatter`` writes it, if its family's reader reads it back, with
+    what the template writes between a thought and the call."""
     markers = template_thinking_markers(formatter)
 
     def written(messages: list[dict[str, Any]]) -> str | None:
@@ -108,12 +118,10 @@ def _derive(formatter: Formatter, variables: dict[str, Any]) -> CallFrame | None
         return None
     thought = written(_called(reasoning_content=_THOUGHT)) if markers.end else None
     at = -1 if thought is None else thought.find(_THOUGHT)
-    if thought is not None and at >= 0:  # after a thought, the call must follow the thinking's end at once
-        after = at + len(_THOUGHT)
-        opens = thought.find(frame.opening.lstrip().replace(ID_SLOT, _ID), after)
-        if opens < 0 or thought[after:opens].strip() != markers.end.strip():
-            return None
-    return frame
+    if thought is None or at < 0:  # the template writes no thought before a call
+        return frame
+    opens = thought.find(frame.opening.lstrip().replace(ID_SLOT, _ID), at + len(_THOUGHT))
+    return dataclasses.replace(frame, after_thought=thought[at + len(_THOUGHT):opens].strip()) if opens >= 0 else None
 
 
 def _after_prompt(turn: str, prompt: str, start: str, end: str) -> str | None:
@@ -121,14 +129,13 @@ def _after_prompt(turn: str, prompt: str, start: str, end: str) -> str | None:
     prompt may open the thinking itself (DeepSeek R1's ``<think>\\n``), which a past turn does not repeat."""
     if turn.startswith(prompt):
         text = turn[len(prompt):]
-        opened = bool(start) and prompt.rstrip().endswith(start.strip())
     else:
         cut = prompt.rfind(start.strip()) if start else -1
         if cut < 0 or prompt[cut:].strip() != start.strip() or not turn.startswith(prompt[:cut]):
             return None
-        text, opened = turn[cut:], False
+        text = turn[cut:]
     rest = text.lstrip()
-    if opened and end and rest.startswith(end.strip()):
+    if end and rest.startswith(end.strip()):  # the block the prompt opened, or one a past turn only closes
         return rest[len(end.strip()):].lstrip()
     if start and end and rest.startswith(start.strip()):
         close = rest.find(end.strip(), len(start.strip()))

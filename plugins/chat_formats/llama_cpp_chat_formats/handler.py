@@ -20,7 +20,7 @@ from llama_cpp.reasoning_grammar import after_thinking, current_thinking
 from llama_cpp.sampling import SAMPLING_FIELDS
 
 from .continuation import ContinueMode, continue_message, template_thinking_markers
-from .forced_calls import ForcedReply, chosen_tools, read_forced_reply, template_frame
+from .forced_calls import ForcedReply, chosen_tools, frame_for, read_forced_reply
 from .streaming import stream_auto_reply, stream_forced_reply
 from .tool_calls import SYNTAX_TOKENS, legacy_functions_as_tools, parse_tool_calls
 
@@ -162,9 +162,10 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     chosen = chosen_tools(tools, tool_choice) if tools else None
     forced: ForcedReply | None = None
     if chosen is not None:  # in the template's own call syntax, after the thinking (:mod:`.forced_calls`)
-        frame = template_frame(formatter, dict(request.get("chat_template_kwargs") or {}))
+        thinking = current_thinking()
+        frame = frame_for(formatter, dict(request.get("chat_template_kwargs") or {}), thinking)
         request["grammar"] = after_thinking(frame.grammar(chosen))
-        forced = ForcedReply(frame, chosen, current_thinking())
+        forced = ForcedReply(frame, chosen, thinking)
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:

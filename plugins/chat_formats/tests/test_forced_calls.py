@@ -18,7 +18,7 @@ from llama_cpp.reasoning_split import Markers
 from llama_cpp.testing import llama_cpp_source_dir
 from llama_cpp_chat_formats import Jinja2ChatFormatter
 from llama_cpp_chat_formats.call_frames import ID_SLOT, JSON_FRAME, CallFrame, TaggedFrame
-from llama_cpp_chat_formats.forced_calls import ForcedReply, read_forced_reply, template_frame
+from llama_cpp_chat_formats.forced_calls import ForcedReply, frame_for, read_forced_reply, template_frame
 from llama_cpp_chat_formats.tool_calls import parse_tool_calls
 
 TEMPLATES = llama_cpp_source_dir() / "models" / "templates"
@@ -58,7 +58,6 @@ TAGGED = {
 JSON_KEPT = {
     "LFM2-8B-A1B": "it writes Python calls",
     "google-gemma-4-31B-it": "its values have a syntax of their own",
-    "openai-gpt-oss-120b": "after the thinking its call opens a new message (the role header again)",
 }
 QWEN3_THINKING = Markers(start="<think>", end="</think>", start_space="\n", end_space="\n\n")
 
@@ -82,6 +81,21 @@ def test_the_frame_is_the_templates_own(stem: str) -> None:
 def test_a_tagged_frame_is_the_templates_own(stem: str) -> None:
     frame = template_frame(formatter(stem), {})
     assert isinstance(frame, TaggedFrame) and frame.write("get_weather", frame.tagged(ARGUMENTS)) == TAGGED[stem]
+
+
+def test_a_frame_written_otherwise_after_a_thought_is_not_used_after_the_thinking() -> None:
+    """The grammar lets the thinking's end marker (and the family's answer marker) in before the call, nothing
+    else: gpt-oss writes a new message header there, so a reply that may think gets the JSON object."""
+    gpt_oss = formatter("openai-gpt-oss-120b")
+    harmony = Markers(start="<|channel|>analysis<|message|>", end="<|end|>",
+                      content_start="<|start|>assistant<|channel|>final<|message|>")
+    assert template_frame(gpt_oss, {}).after_thought == "<|end|><|start|>assistant"
+    assert frame_for(gpt_oss, {}, harmony) is JSON_FRAME
+    assert frame_for(gpt_oss, {}, None).head("get") == " to=functions.get<|channel|>commentary json<|message|>"
+    assert frame_for(formatter("Qwen-Qwen3-0.6B"), {}, QWEN3_THINKING) == template_frame(formatter("Qwen-Qwen3-0.6B"),
+                                                                                          {})
+    cohere = formatter("Cohere2MoE")  # the action follows the thinking's end, without the answer's marker
+    assert frame_for(cohere, {}, Markers(start="<|START_THINKING|>", end="<|END_THINKING|>")) != JSON_FRAME
 
 
 @pytest.mark.parametrize("stem", JSON_KEPT)
@@ -111,7 +125,7 @@ def read_in_pieces(text: str, frame: CallFrame, markers: Markers | None, size: i
 
 def test_every_frame_is_read_back_by_its_familys_reader_and_by_the_forced_reader() -> None:
     framed = framed_templates()
-    assert len(framed) >= 40, framed  # most of the pinned source's templates
+    assert len(framed) >= 45, framed  # most of the pinned source's templates
     for stem in framed:
         frame = template_frame(formatter(stem), {})
         frame.grammar([t["function"] for t in TOOLS])  # llama.cpp's parser takes it
