@@ -247,10 +247,12 @@ class ForcedReply:
                 return out
             self.name, self.sent = found[0], len(self.answer) - len(answer) + found[1]
             out.append(("name", self.name))
-        tail = self.answer[self.sent:]
-        if isinstance(self.frame, TaggedFrame):
-            arguments = self.frame.read_arguments(tail, self.functions[self.name]) if final else None
+        if isinstance(self.frame, TaggedFrame):  # read once the call is whole (not a copy of it per token)
+            if not final:
+                return out
+            arguments = self.frame.read_arguments(self.answer[self.sent:], self.functions[self.name])
             return out + [("arguments", json.dumps(arguments))] if arguments is not None else out
+        tail = self.answer[self.sent:]
         if not self.started:  # the space a grammar lets in before the arguments is not theirs
             self.sent += len(tail) - len(tail.lstrip())
             tail = tail.lstrip()
