@@ -54,6 +54,32 @@ def test_the_reference_decode_loop_gives_llama_s_greedy_tokens(tiny_model_path: 
     model.close()
 
 
+def test_a_chain_that_leaves_no_token_raises_instead_of_ending_the_process(tiny_model_path: Path) -> None:
+    """A grammar after a logit bias of -inf on every token it allows: llama.cpp's grammar aborts on the token
+    chosen anyway; the wrapper raises, and the same context samples normally afterwards."""
+    model, context = _pair(tiny_model_path)
+    tokens = model.tokenize(b"Once upon a time", add_bos=True, special=True)
+    batch = internals.LlamaBatch(n_tokens=len(tokens), embd=0, n_seq_max=1)
+    batch.set_batch(tokens, n_past=0, logits_all=False)
+    context.decode(batch)
+    grammar = llama_cpp.LlamaGrammar.from_string('root ::= "yes"', verbose=False)
+    spelling = [t for t in range(model.n_vocab()) if model.token_to_piece(t) and b"yes".startswith(
+        model.token_to_piece(t))]
+    assert spelling  # "y", "ye", "yes"... whatever the vocabulary has
+    banned = internals.LlamaSampler()
+    banned.add_logit_bias(model.n_vocab(), {t: float("-inf") for t in spelling})
+    banned.add_grammar(model, grammar)
+    banned.add_greedy()
+    with pytest.raises(ValueError, match="left no token to choose on output -1"):
+        banned.sample(context, -1)
+    allowed = internals.LlamaSampler()
+    allowed.add_grammar(model, grammar)
+    allowed.add_greedy()
+    assert allowed.sample(context, -1) in spelling
+    for owner in (banned, allowed, batch, context, model):
+        owner.close()
+
+
 def test_model_facts_and_metadata(tiny_model_path: Path) -> None:
     model, context = _pair(tiny_model_path)
     with Llama(str(tiny_model_path), n_ctx=64, verbose=False) as llm:

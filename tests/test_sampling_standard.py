@@ -63,6 +63,28 @@ def test_a_grammar_left_no_token_it_allows_is_an_error_not_an_abort(llm: Llama) 
                                  )["choices"][0]["text"] == "yes"
 
 
+def test_a_chain_built_by_hand_that_leaves_no_token_raises(llm: Llama) -> None:
+    """``SamplerChain.sample`` outside the engine: the same refusal as the engine's, not llama.cpp's abort."""
+    from llama_cpp import LlamaGrammar
+
+    spelling = [t for t in range(llm.n_vocab()) if llm.detokenize([t]) and b"yes".startswith(llm.detokenize([t]))]
+    grammar = LlamaGrammar.from_string('root ::= "yes"', verbose=False)
+    llm.reset()
+    llm.eval(llm.tokenize(PROMPT.encode()))
+    banned = {t: float("-inf") for t in spelling}
+    chain = llm._chain(sampling.SamplingParams(temperature=0.0, grammar=grammar, logit_bias=banned))
+    try:
+        with pytest.raises(ValueError, match="left no token to choose"):
+            chain.sample(llm._settled_ctx())
+    finally:
+        chain.close()
+    chain = llm._chain(sampling.SamplingParams(temperature=0.0, grammar=grammar))
+    try:
+        assert chain.sample(llm._settled_ctx()) in spelling
+    finally:
+        chain.close()
+
+
 def test_same_seed_repeats_and_different_seeds_differ(llm: Llama) -> None:
     a = _tokens(llm, temperature=1.0, seed=11)
     assert _tokens(llm, temperature=1.0, seed=11) == a

@@ -7,6 +7,7 @@ resort, when garbage-collected.  Using a closed handle raises
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
@@ -32,13 +33,15 @@ def ensure_backend() -> None:
 
 def as_pointer(handle: Any, ctype: str) -> Any:
     """``handle`` as a cffi pointer of C type ``ctype`` (``"struct llama_context *"``), from either form of
-    the low-level API: cffi cdata, or the int (or ``c_void_p``) that ``llama_cpp.llama_cpp`` and
-    ``Llama.ctx``/``Llama.model`` hand out."""
+    the low-level API: cffi cdata, or the int, ``c_void_p`` or typed ctypes pointer that ``llama_cpp.llama_cpp``
+    and ``Llama.ctx``/``Llama.model`` hand out."""
     if isinstance(handle, ffi.CData):
         return handle
+    if isinstance(handle, ctypes._Pointer):  # LP_llama_sampler...
+        handle = ctypes.cast(handle, ctypes.c_void_p)
     address = getattr(handle, "value", handle)  # ctypes.c_void_p
     if not isinstance(address, int) or address == 0:
-        raise TypeError(f"expected a {ctype} (an int, a ctypes c_void_p or cffi cdata), got {handle!r}")
+        raise TypeError(f"expected a {ctype} (an int, a ctypes pointer or cffi cdata), got {handle!r}")
     return ffi.cast(ctype, address)
 
 _Self = TypeVar("_Self", bound="Closing")

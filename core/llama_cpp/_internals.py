@@ -19,10 +19,13 @@ import ctypes
 import os
 from typing import Any, Sequence
 
+from llama_cpp_native import lib
+
 from . import llama_cpp as C
 from ._handles import SharedHandle, as_pointer
 from ._logger import capture_messages
 from .engine.model import Model
+from .sampling import chain_failure
 # the seed's _internals also holds its sampling objects and the decode-abort exception; here they live
 # in llama_cpp.sampling_context and llama_cpp.llama, and code that imports them from here finds them
 from .llama import LlamaDecodeAbort  # noqa: F401
@@ -407,7 +410,13 @@ class LlamaSampler(_Owner):
         return C.llama_sampler_get_seed(self.sampler)
 
     def sample(self, ctx: LlamaContext, idx: int = -1) -> int:
-        return C.llama_sampler_sample(self.sampler, ctx.ctx, idx)
+        """``llama_sampler_sample``, except that a chain that leaves no token (a grammar after a -inf logit
+        bias that excludes all it allows) is a ValueError where llama.cpp's grammar would end the process."""
+        token = int(lib.llama_cpp_native_sample(as_pointer(self.sampler, "struct llama_sampler *"),
+                                                as_pointer(ctx.ctx, "struct llama_context *"), idx))
+        if token < 0:
+            raise chain_failure(token, f"output {idx}")
+        return token
 
     def accept(self, token: int) -> None:
         C.llama_sampler_accept(self.sampler, token)

@@ -318,6 +318,18 @@ def _build(stage: SamplerStage, ctx: ChainContext) -> list[Any]:
                          f"{type(exc).__name__}: {exc}") from exc
 
 
+def chain_failure(code: int, where: str) -> Exception:
+    """The error of a shim sampling call (``llama_cpp_native_sample``...) that returned ``code`` on ``where``
+    (an output of the last decode): -3, the request's own constraints left no token (a ValueError, the
+    request's fault); -1, the output has no logits; else a failure of the chain."""
+    if code == -3:
+        return ValueError(f"the sampler chain left no token to choose on {where}: every token the grammar allows "
+                          "was excluded before it (by a logit bias or a logits processor)")
+    if code == -1:
+        return RuntimeError(f"the last decode has no logits for {where}")
+    return RuntimeError(f"the sampler chain failed on {where}")
+
+
 class SamplerChain:
     """An owned native ``llama_sampler`` chain."""
 
@@ -373,9 +385,14 @@ class SamplerChain:
         return self.active in (["greedy"], ["logit_bias", "greedy"])
 
     def sample(self, ctx_ptr: Any, idx: int = -1) -> int:
-        token = lib.llama_sampler_sample(self.ptr, ctx_ptr, idx)
+        """The token the chain chooses from output ``idx`` of the last decode on ``ctx_ptr``, accepted into
+        the chain, as ``llama_sampler_sample`` does, except where that would end the process: a chain that
+        leaves no token (a grammar after a -inf logit bias that excludes all it allows) is a ValueError."""
+        token = int(lib.llama_cpp_native_sample(self.ptr, ctx_ptr, idx))
         if self.errors:
             self.raise_stage_error()
+        if token < 0:
+            raise chain_failure(token, f"output {idx}")
         return token
 
     def raise_stage_error(self) -> None:

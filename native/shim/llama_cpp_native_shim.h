@@ -125,8 +125,8 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_top(struct llama_s
         struct llama_context * ctx, int32_t idx, int32_t n, const llama_token * bias_ids, const float * bias_values,
         int32_t n_bias);
 
-/* Samples as llama_sampler_sample does (every token of the vocabulary a candidate, the chain applied, its
- * selected token accepted), and reports what the chain left: the n most probable candidates after it, by
+/* Samples as llama_sampler_sample does (the candidates a backend sampler left, else every token of the
+ * vocabulary; the chain applied, its selected token accepted), and reports what the chain left: the n most probable candidates after it, by
  * probability (ids and probs; fewer when fewer have a probability above 0), how many were written (*n_out)
  * and the probability of the chosen token (*p_token): llama-server's post_sampling_probs.
  *
@@ -136,8 +136,8 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_candidates(struct 
         struct llama_context * ctx, int32_t idx, int32_t n, llama_token * ids, float * probs, int32_t * n_out,
         float * p_token);
 
-/* Samples as llama_sampler_sample does (every token of the vocabulary a candidate, the chain applied, its
- * selected token accepted), without ending the process where it would: when the chain leaves no candidate
+/* Samples as llama_sampler_sample does (a backend sampler's token as it is; else the candidates it left, or
+ * every token of the vocabulary; the chain applied, its selected token accepted), without ending the process where it would: when the chain leaves no candidate
  * (every logit -inf: a grammar, after a logit bias or an edited logits row excluded all it allows) llama.cpp's
  * grammar aborts on the token chosen anyway; here that token is not accepted.
  *

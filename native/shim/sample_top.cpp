@@ -107,6 +107,35 @@ static llama_token choose(struct llama_sampler * chain, llama_token_data_array &
     return token;
 }
 
+// The candidates of output `idx` as llama_sampler_sample makes them: those a backend sampler left (with their
+// probabilities, or their logits), else every token of the vocabulary with its logit.  False when the output
+// has no logits.
+static bool output_candidates(struct llama_context * ctx, int32_t idx, std::vector<llama_token_data> & out) {
+    const llama_token * ids = llama_get_sampled_candidates_ith(ctx, idx);
+    const float * probs = llama_get_sampled_probs_ith(ctx, idx);
+    const float * sampled_logits = llama_get_sampled_logits_ith(ctx, idx);
+    if (ids != nullptr && (probs != nullptr || sampled_logits != nullptr)) {
+        const uint32_t n = probs != nullptr ? llama_get_sampled_probs_count_ith(ctx, idx)
+                                            : llama_get_sampled_logits_count_ith(ctx, idx);
+        out.resize(n);
+        for (uint32_t i = 0; i < n; ++i) {
+            out[i] = llama_token_data{ids[i], sampled_logits != nullptr ? sampled_logits[i] : 0.0f,
+                                      probs != nullptr ? probs[i] : 0.0f};
+        }
+        return true;
+    }
+    const float * logits = llama_get_logits_ith(ctx, idx);
+    if (logits == nullptr) {
+        return false;
+    }
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+    out.resize(n_vocab);
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        out[i] = llama_token_data{i, logits[i], 0.0f};
+    }
+    return true;
+}
+
 extern "C" llama_token llama_cpp_native_sample_top(struct llama_sampler * chain, struct llama_context * ctx,
                                                    int32_t idx, int32_t n, const llama_token * bias_ids,
                                                    const float * bias_values, int32_t n_bias) {
@@ -171,15 +200,9 @@ extern "C" llama_token llama_cpp_native_sample_candidates(struct llama_sampler *
                                                           int32_t idx, int32_t n, llama_token * ids, float * probs,
                                                           int32_t * n_out, float * p_token) {
     try {
-        const float * logits = llama_get_logits_ith(ctx, idx);
-        const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
-        if (logits == nullptr || n < 0) {
-            return -1;
-        }
         thread_local std::vector<llama_token_data> candidates;
-        candidates.resize(n_vocab);
-        for (int32_t i = 0; i < n_vocab; ++i) {
-            candidates[i] = llama_token_data{i, logits[i], 0.0f};
+        if (n < 0 || !output_candidates(ctx, idx, candidates)) {
+            return -1;
         }
         llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
         const llama_token token = choose(chain, cur);
@@ -206,15 +229,14 @@ extern "C" llama_token llama_cpp_native_sample_candidates(struct llama_sampler *
 
 extern "C" llama_token llama_cpp_native_sample(struct llama_sampler * chain, struct llama_context * ctx, int32_t idx) {
     try {
-        const float * logits = llama_get_logits_ith(ctx, idx);
-        if (logits == nullptr) {
-            return -1;
+        const llama_token sampled = llama_get_sampled_token_ith(ctx, idx);
+        if (sampled != LLAMA_TOKEN_NULL) {  // a backend sampler chose already
+            llama_sampler_accept(chain, sampled);
+            return sampled;
         }
-        const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
         thread_local std::vector<llama_token_data> candidates;
-        candidates.resize(n_vocab);
-        for (int32_t i = 0; i < n_vocab; ++i) {
-            candidates[i] = llama_token_data{i, logits[i], 0.0f};
+        if (!output_candidates(ctx, idx, candidates)) {
+            return -1;
         }
         llama_token_data_array cur = {candidates.data(), candidates.size(), -1, false};
         return choose(chain, cur);

@@ -16,7 +16,7 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from ..processors import LogitsProcessorList, StoppingCriteriaList, as_hook
-from ..sampling import ChainContext, SamplerChain, SamplingParams, effective_logit_bias
+from ..sampling import ChainContext, SamplerChain, SamplingParams, chain_failure, effective_logit_bias
 from .context import Context
 from .model import Model
 
@@ -66,15 +66,6 @@ def chain_context(model: Model, n_ctx: int, params: SamplingParams, history: Seq
     before generation (penalty samplers are primed with them, as llama.cpp primes them with the prompt)."""
     return ChainContext(params=params, vocab=model.vocab, n_vocab=model.n_vocab, n_ctx=n_ctx,
                         eog_tokens=model.eog_tokens() if params.ignore_eos else (), history=tuple(history))
-
-
-def _chain_failure(code: int, where: str) -> Exception:
-    """The error of a native sampling call that returned ``code``: -3, the request's own constraints left no
-    token (a ValueError, the request's fault), else a failure of the chain."""
-    if code == -3:
-        return ValueError(f"the sampler chain left no token to choose on {where}: every token the grammar allows "
-                          "was excluded before it (by a logit bias or a logits processor)")
-    return RuntimeError(f"the sampler chain failed on {where}")
 
 
 class SequenceSampler:
@@ -150,10 +141,10 @@ class SequenceSampler:
             if token >= 0:
                 return token
             if token != -1:  # -1: the candidates cannot be cut safely, every token is one
-                raise _chain_failure(token, "the candidates of its top-k")
+                raise chain_failure(token, "the candidates of its top-k")
         token = lib.llama_cpp_native_sample(self.chain.ptr, ctx.ptr, row)
         if token < 0:
-            raise _chain_failure(token, f"output {row}")
+            raise chain_failure(token, f"output {row}")
         return token
 
     def _sample_reporting(self, ctx: Context, row: int, n: int) -> int:
@@ -170,7 +161,7 @@ class SequenceSampler:
         token = lib.llama_cpp_native_sample_candidates(self.chain.ptr, ctx.ptr, row, n, ffi.from_buffer(
             "llama_token[]", ids), ffi.from_buffer("float[]", probs), n_out, p_token)
         if token < 0:
-            raise _chain_failure(token, f"output {row}")
+            raise chain_failure(token, f"output {row}")
         with np.errstate(divide="ignore"):
             logs = np.log(probs[:n_out[0]].astype(np.float64))
             self.kept[row] = (float(np.log(np.float64(p_token[0]))),
