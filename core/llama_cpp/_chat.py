@@ -117,6 +117,7 @@ class ChatAPI(LlamaBase):
         tenant: str | None = None,
         reasoning_format: str | None = None,
         reasoning_effort: str | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """A chat completion in the OpenAI shape (chat.completion, or chunks with ``stream``).
 
@@ -128,6 +129,8 @@ class ChatAPI(LlamaBase):
         its content (its thinking, where it has thinking and no content), ``"content"`` or
         ``"reasoning_content"`` that one; where the template has thinking markers, the message's thinking is
         written inside them, closed before continued content (as llama-server's ``continue_final_message``).
+        ``parallel_tool_calls`` false keeps a reply to one tool call (OpenAI's meaning); unset or true, a
+        ``"required"`` choice may make several where the template writes several calls in a turn.
 
         Every keyword reaches the handler, including the sampler parameters,
         ``active_loras``/``control_vector`` and ``chat_template_kwargs`` (extra
@@ -159,8 +162,8 @@ class ChatAPI(LlamaBase):
             request[name] = sampling.pop(name, _RECORD_DEFAULTS[name])
         request.update((k, v) for k, v in sampling.items() if k not in request and v != _RECORD_DEFAULTS[k])
         request.update((k, v) for k, v in (("logits_processor", logits_processor), ("stopping_criteria",
-                       stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector))
-                       if v is not None)
+                       stopping_criteria), ("active_loras", active_loras), ("control_vector", control_vector),
+                       ("parallel_tool_calls", parallel_tool_calls)) if v is not None)
 
         def render() -> ChatFormatterResponse | None:
             try:

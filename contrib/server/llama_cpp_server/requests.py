@@ -142,7 +142,7 @@ def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list
     kwargs.update(**chat_prompt_arguments(body), response_format=body.response_format,
                   logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
                   stop=body.stop, model=model, priority=body.priority, tenant=tenant,
-                  reasoning_format=body.reasoning_format)
+                  reasoning_format=body.reasoning_format, parallel_tool_calls=body.parallel_tool_calls)
     return [{**kwargs, "seed": choice_seed(kwargs.get("seed"), j)} for j in range(body.n)]
 
 

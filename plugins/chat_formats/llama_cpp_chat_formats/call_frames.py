@@ -47,6 +47,9 @@ class CallFrame:
     closing: str
     #: what the template writes between a thought and the call (stripped; None where it writes no thought)
     after_thought: str | None = field(default=None, kw_only=True)
+    #: what the template writes between one call's arguments and the next call's name (None: it writes one
+    #: call a turn, or its reader does not read several back)
+    link: str | None = field(default=None, kw_only=True)
 
     def head(self, name: str) -> str:
         """Everything before the arguments of a call of ``name``."""
@@ -55,20 +58,38 @@ class CallFrame:
     def write(self, name: str, arguments: str) -> str:
         return self.head(name) + arguments + self.closing
 
-    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
-        """One call of one of ``functions``, its arguments following the function's parameters."""
+    def write_calls(self, calls: list[tuple[str, str]]) -> str:
+        """Several calls ((name, arguments) each) in one reply, linked as the template links them."""
+        assert self.link is not None or len(calls) == 1
+        linked = (self.link or "").join(name + self.after_name + arguments for name, arguments in calls)
+        return self.opening + linked + self.closing
+
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool = False) -> LlamaGrammar:
+        """A call of one of ``functions``, its arguments following the function's parameters; with ``parallel``
+        (and a :attr:`link`) one or more."""
         converter = SchemaConverter()
         calls = []
         for i, fn in enumerate(functions):
             arguments = converter.visit(fn.get("parameters") or _NO_PARAMETERS, f"call{i}-args")
-            closing = f" {_gbnf(self.closing)}" if self.closing else ""
-            calls.append(f"{_gbnf(self.head(fn['name']))} {arguments}{closing}")
-        return LlamaGrammar(_grammar=converter.format_grammar() + f"root ::= {' | '.join(calls)}\n")
+            calls.append(f"{_gbnf(fn['name'] + self.after_name)} {arguments}")
+        return LlamaGrammar(_grammar=converter.format_grammar() + self._calls_rules(calls, parallel))
 
-    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
+    def _calls_rules(self, calls: list[str], parallel: bool) -> str:
+        """The root of a reply of calls: the opening, one call (or, ``parallel``, several linked), the closing;
+        ``calls`` the grammar of each function's call from its name on."""
+        parts = [_gbnf(self.opening)] if self.opening else []
+        parts.append("one-call")
+        if parallel and self.link:
+            parts.append(f"({_gbnf(self.link)} one-call)*")
+        if self.closing:
+            parts.append(_gbnf(self.closing))
+        return f"one-call ::= {' | '.join(calls)}\nroot ::= {' '.join(parts)}\n"
+
+    def match_head(self, text: str, names: list[str], linked: bool = False) -> tuple[str, int] | None:
         """(the name, where the arguments begin) when ``text`` begins with a complete head of a call of one of
-        ``names``, and not with what may still become the longer head of another ("get" and "get_weather")."""
-        heads = [(self.head(name).lstrip(), name) for name in names]
+        ``names``, and not with what may still become the longer head of another ("get" and "get_weather");
+        ``linked``: a call after the :attr:`link`, whose head is its name and what follows it."""
+        heads = [((name + self.after_name if linked else self.head(name)).lstrip(), name) for name in names]
         complete = [(head, name) for head, name in heads if fits(text[:len(head)], head)]
         if not complete:
             return None
@@ -78,12 +99,21 @@ class CallFrame:
             return None
         return name, len(head)
 
-    def held_back(self, text: str) -> int:
-        """How much of the end of ``text`` (a call's arguments so far) may be the beginning of the closing."""
-        for k in range(min(len(self.closing), len(text)), 0, -1):
-            if fits(text[-k:], self.closing[:k]):
+    def held_back(self, text: str, parallel: bool = False) -> int:
+        """How much of the end of ``text`` (a call's arguments so far) may be the beginning of the closing (or,
+        ``parallel``, of the link to another call)."""
+        ends = [self.closing, self.link] if parallel and self.link else [self.closing]
+        for k in range(min(max(map(len, ends)), len(text)), 0, -1):
+            if any(len(end) >= k and fits(text[-k:], end[:k]) for end in ends):
                 return k
         return 0
+
+    def links_at(self, text: str) -> list[int]:
+        """Where :attr:`link` is written in ``text`` (every place; a call's arguments may contain its text)."""
+        if not self.link:
+            return []
+        pattern = re.compile("[a-zA-Z0-9]{9}".join(re.escape(part) for part in self.link.split(ID_SLOT)))
+        return [found.start() for found in pattern.finditer(text)]
 
     def without_closing(self, text: str) -> str:
         """A whole call's arguments: ``text`` (what follows the head) less the closing at its end."""
@@ -102,7 +132,7 @@ class JsonFrame(CallFrame):
     def __init__(self) -> None:
         super().__init__('{"name": "', '", "arguments": ', "}")
 
-    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool = False) -> LlamaGrammar:
         def one(fn: dict[str, Any]) -> dict[str, Any]:
             return {"type": "object", "properties": {"name": {"const": fn["name"]},
                                                      "arguments": fn.get("parameters") or _NO_PARAMETERS},
@@ -111,8 +141,8 @@ class JsonFrame(CallFrame):
         return json_schema_grammar(one(functions[0]) if len(functions) == 1
                                    else {"anyOf": [one(fn) for fn in functions]})
 
-    def match_head(self, text: str, names: list[str]) -> tuple[str, int] | None:
-        head = _JSON_HEAD.match(text)
+    def match_head(self, text: str, names: list[str], linked: bool = False) -> tuple[str, int] | None:
+        head = _JSON_HEAD.match(text)  # (no link: never a call after one)
         if head is None:
             return None
         name = json.loads(head.group(1))
@@ -138,7 +168,7 @@ class TaggedFrame(CallFrame):
         return "".join(self.arg_open + key + self.arg_mid + (value if isinstance(value, str) else json.dumps(value))
                        + self.arg_close for key, value in arguments.items())
 
-    def grammar(self, functions: list[dict[str, Any]]) -> LlamaGrammar:
+    def grammar(self, functions: list[dict[str, Any]], parallel: bool = False) -> LlamaGrammar:
         converter = SchemaConverter()
         texts: list[str] = []
         calls = []
@@ -146,7 +176,7 @@ class TaggedFrame(CallFrame):
             params = fn.get("parameters") or _NO_PARAMETERS
             required = set(params.get("required") or ())
             definitions = {k: params[k] for k in ("$defs", "definitions") if k in params}
-            parts = [_gbnf(self.head(fn["name"]))]
+            parts = [_gbnf(fn["name"] + self.after_name)]
             for j, (key, schema) in enumerate((params.get("properties") or {}).items()):
                 value = f"call{i}-value{j}"
                 if (allowed := _enum_texts(schema)) is not None:
@@ -160,17 +190,20 @@ class TaggedFrame(CallFrame):
                     value = converter.visit({**schema, **definitions} if isinstance(schema, dict) else schema, value)
                 argument = f"{_gbnf(self.arg_open + key + self.arg_mid)} {value} {_gbnf(self.arg_close)}"
                 parts.append(argument if key in required else f"({argument})?")
-            if self.closing:
-                parts.append(_gbnf(self.closing))
             calls.append(" ".join(parts))
         return LlamaGrammar(_grammar=converter.format_grammar() + "".join(f"{rule}\n" for rule in texts)
-                            + f"root ::= {' | '.join(calls)}\n")
+                            + self._calls_rules(calls, parallel))
 
     def read_arguments(self, text: str, function: dict[str, Any]) -> dict[str, Any] | None:
         """The arguments of a whole call's text after its head (None where it was cut short)."""
+        found = self.arguments_at(text, 0, function)
+        return found[0] if found is not None and text[found[1]:].strip() == self.closing.strip() else None
+
+    def arguments_at(self, text: str, at: int, function: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+        """The arguments written from ``at`` in ``text`` (a call's, after its head), and where they end; None
+        where one was cut short."""
         offered = OfferedTools([{"type": "function", "function": function}])
         arguments: dict[str, Any] = {}
-        at = 0
         while text.startswith(self.arg_open, at):
             key_at = at + len(self.arg_open)
             mid = text.find(self.arg_mid, key_at)
@@ -180,7 +213,7 @@ class TaggedFrame(CallFrame):
             key = text[key_at:mid]
             arguments[key] = offered.argument(function["name"], key, text[mid + len(self.arg_mid):end])
             at = end + len(self.arg_close)
-        return arguments if text[at:].strip() == self.closing.strip() else None
+        return arguments, at
 
 
 def _is_text(schema: Any) -> bool:

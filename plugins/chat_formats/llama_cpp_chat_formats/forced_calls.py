@@ -39,8 +39,9 @@ from .tool_calls import parse_tool_calls
 Formatter = Callable[..., ChatFormatterResponse]
 
 
-# the sentinel call the template is asked to write (its id is nine characters, as Mistral's)
-_ID = "zq0000001"
+# the sentinel call the template is asked to write (its id is nine characters, as Mistral's), and the ids
+# of the calls after it in a turn of three
+_ID, _OTHER_IDS = "zq0000001", ("zq0000002", "zq0000003")
 _NAME = "zq_sentinel_tool"
 _KEY, _VALUE, _NUMBER_KEY, _NUMBER = "zq_sentinel_key", "zq sentinel value", "zq_sentinel_number", 4217
 _ARGUMENTS = {_KEY: _VALUE, _NUMBER_KEY: _NUMBER}
@@ -51,9 +52,11 @@ _TOOL = {"type": "function", "function": {"name": _NAME, "description": "A senti
 _ASKED = [{"role": "user", "content": "zq sentinel question"}]
 
 
-def _called(**extra: Any) -> list[dict[str, Any]]:
-    call = {"id": _ID, "type": "function", "function": {"name": _NAME, "arguments": json.dumps(_ARGUMENTS)}}
-    return [*_ASKED, {"role": "assistant", "content": "", "tool_calls": [call], **extra}]
+def _called(*ids: str, **extra: Any) -> list[dict[str, Any]]:
+    """The sentinel conversation: a question, then a turn that calls the sentinel tool once per id."""
+    calls = [{"id": id_, "type": "function", "function": {"name": _NAME, "arguments": json.dumps(_ARGUMENTS)}}
+             for id_ in ids]
+    return [*_ASKED, {"role": "assistant", "content": "", "tool_calls": calls, **extra}]
 
 
 def chosen_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]] | None:
@@ -109,14 +112,18 @@ def _derive(formatter: Formatter, variables: dict[str, Any]) -> CallFrame | None
             return None
         return _after_prompt(turn, prompt, markers.start, markers.end)
 
-    text = written(_called())
+    text = written(_called(_ID))
     if text is None:
         return None
     found = _frame_of(text)
     frame = None if found is None else _reads_back(found)
     if frame is None:
         return None
-    thought = written(_called(reasoning_content=_THOUGHT)) if markers.end else None
+    thrice = written(_called(_ID, *_OTHER_IDS))
+    link = None if thrice is None else _link_of(thrice, frame)
+    if link is not None:
+        frame = dataclasses.replace(frame, link=link)
+    thought = written(_called(_ID, reasoning_content=_THOUGHT)) if markers.end else None
     at = -1 if thought is None else thought.find(_THOUGHT)
     if thought is None or at < 0:  # the template writes no thought before a call
         return frame
@@ -194,40 +201,99 @@ def _tagged_frame_of(text: str, named: int) -> TaggedFrame | None:
     return TaggedFrame(*pieces)
 
 
-def _written(frame: CallFrame) -> str:
+def _written(frame: CallFrame, n_calls: int = 1) -> str:
     arguments = frame.tagged(_ARGUMENTS) if isinstance(frame, TaggedFrame) else json.dumps(_ARGUMENTS)
-    return frame.write(_NAME, arguments).replace(ID_SLOT, _ID)
+    return frame.write_calls([(_NAME, arguments)] * n_calls).replace(ID_SLOT, _ID)
+
+
+def _read_back(frame: CallFrame, n_calls: int = 1) -> bool:
+    """Whether the family's reader reads ``n_calls`` sentinel calls written in ``frame`` back, and no text."""
+    content, calls = parse_tool_calls(_written(frame, n_calls), [_TOOL])
+    return not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        (_NAME, _ARGUMENTS)] * n_calls
 
 
 def _reads_back(frame: CallFrame) -> CallFrame | None:
     """``frame`` with the shortest closing that its family's reader reads the call back with (None if none)."""
     for length in range(len(frame.closing) + 1):
         shorter = dataclasses.replace(frame, closing=frame.closing[:length])
-        content, calls = parse_tool_calls(_written(shorter), [_TOOL])
-        if not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-                (_NAME, _ARGUMENTS)]:
+        if _read_back(shorter):
             return shorter
     return None
+
+
+def _link_of(text: str, frame: CallFrame) -> str | None:
+    """What ``text``, a turn with three sentinel calls, writes from the end of a call's arguments to the next
+    call's name, where that is the same text each time (not Cohere's running index), the calls after the
+    first are written as the first (not Kimi's ``:0``, ``:1``) and the family's reader reads linked calls back."""
+    at, names = 0, []
+    while (found := text.find(_NAME, at)) >= 0:
+        names.append(found)
+        at = found + len(_NAME)
+    spans = [_arguments_span(text, named, frame) for named in names]
+    if len(names) != 3 or None in spans:
+        return None
+    links, heads = set(), set()
+    for i, (start, end) in enumerate(span for span in spans if span is not None):
+        heads.add(_with_id_slots(text[names[i] + len(_NAME):start]))
+        if i < 2:
+            links.add(_with_id_slots(text[end:names[i + 1]]))
+    link = links.pop() if len(links) == 1 else ""
+    if not link.strip() or heads != {frame.after_name} or any(s in link for s in (_NAME, _KEY, _VALUE)):
+        return None
+    return link if _read_back(dataclasses.replace(frame, link=link), 2) else None
+
+
+def _with_id_slots(text: str) -> str:
+    for id_ in (_ID, *_OTHER_IDS):
+        text = text.replace(id_, ID_SLOT)
+    return text
+
+
+def _arguments_span(text: str, named: int, frame: CallFrame) -> tuple[int, int] | None:
+    """Where the arguments of the sentinel call whose name is at ``named`` begin and end in ``text``."""
+    if isinstance(frame, TaggedFrame):
+        key = text.find(_KEY, named)
+        number = text.find(str(_NUMBER), key) if key >= 0 else -1
+        start, end = key - len(frame.arg_open), number + len(str(_NUMBER)) + len(frame.arg_close)
+        if number < 0 or not text.startswith(frame.arg_open, start) or \
+                not text.startswith(frame.arg_close, end - len(frame.arg_close)):
+            return None
+        return start, end
+    keyed = text.find(json.dumps(_KEY), named)
+    opens = text.rfind("{", named, keyed) if keyed >= 0 else -1
+    if opens < 0:
+        return None
+    try:
+        arguments, end = json.JSONDecoder().raw_decode(text, opens)
+    except json.JSONDecodeError:
+        return None
+    return (opens, end) if arguments == _ARGUMENTS else None
 
 
 Event = tuple[str, str]  # ("reasoning", text), ("name", the tool's name), ("arguments", text), ("content", text)
 
 
 class ForcedReply:
-    """A forced reply read as it is generated (fed piece by piece, then finished): its thinking, the tool's
-    name once the call's head is complete, then the arguments' JSON text: as it is sampled, less what may
-    still be the frame's closing (held back until the next piece decides); at the end for a frame whose
-    arguments are tagged.  Text that never became a call (``max_tokens`` cut it before the name) comes out
-    as content at the end."""
+    """A forced reply read as it is generated (fed piece by piece, then finished): its thinking, then each call:
+    the tool's name once the call's head is complete, then the arguments' JSON text, as it is sampled less what
+    may still be the frame's closing or link to another call (held back until the next piece decides); at the
+    end for a frame whose arguments are tagged.  With ``parallel`` (and a frame that links calls) a reply may
+    hold several calls.  Text that never became a call (``max_tokens`` cut it before the name) comes out as
+    content at the end."""
 
-    def __init__(self, frame: CallFrame, functions: list[dict[str, Any]], markers: Markers | None) -> None:
+    def __init__(self, frame: CallFrame, functions: list[dict[str, Any]], markers: Markers | None,
+                 parallel: bool = False) -> None:
         self.frame = frame
         self.functions = {fn["name"]: fn for fn in functions}
+        self.parallel = parallel and bool(frame.link)
         self.splitter = ReasoningSplitter(markers) if markers is not None else None
         self.answer = ""  # the text after the thinking
-        self.name: str | None = None
-        self.sent = 0  # how much of the answer is out (as the head, or as arguments)
-        self.started = False  # whether the arguments' first character has come
+        self.names: list[str] = []  # the calls' names, as their heads complete
+        self.sent = 0  # how much of the answer is out (as heads, arguments or links)
+        self.arguments_at = 0  # where the current call's arguments begin in the answer
+        self.started = False  # whether the current call's arguments have begun
+        self.linked = False  # whether a link was read and the next call's head is awaited
 
     def feed(self, text: str) -> list[Event]:
         return self._advance(self.splitter.feed(text) if self.splitter else [("content", text)], final=False)
@@ -238,40 +304,100 @@ class ForcedReply:
     def _advance(self, pieces: Sequence[tuple[str, str]], final: bool) -> list[Event]:
         out: list[Event] = [("reasoning", piece) for kind, piece in pieces if kind == "reasoning"]
         self.answer += "".join(piece for kind, piece in pieces if kind == "content")
-        if self.name is None:
+        if not self.names:
             answer = self.answer.lstrip()
             found = self.frame.match_head(answer, list(self.functions))
             if found is None:
                 if final and self.answer:
                     out.append(("content", self.answer))
                 return out
-            self.name, self.sent = found[0], len(self.answer) - len(answer) + found[1]
-            out.append(("name", self.name))
-        if isinstance(self.frame, TaggedFrame):  # read once the call is whole (not a copy of it per token)
-            if not final:
-                return out
-            arguments = self.frame.read_arguments(self.answer[self.sent:], self.functions[self.name])
-            return out + [("arguments", json.dumps(arguments))] if arguments is not None else out
+            self.names.append(found[0])
+            self.sent = len(self.answer) - len(answer) + found[1]
+            out.append(("name", found[0]))
+        if isinstance(self.frame, TaggedFrame):  # read once the calls are whole (not a copy of them per token)
+            return out + self._tagged_calls(self.frame) if final else out
+        while self._json_arguments(out, final):
+            pass
+        return out
+
+    def _json_arguments(self, out: list[Event], final: bool) -> bool:
+        """Send what is sure of the current call's arguments; True when another call has begun."""
+        if self.linked:
+            found = self.frame.match_head(self.answer[self.sent:], list(self.functions), linked=True)
+            if found is None:
+                return False
+            self.names.append(found[0])
+            self.sent += found[1]
+            self.linked, self.started = False, False
+            out.append(("name", found[0]))
         tail = self.answer[self.sent:]
         if not self.started:  # the space a grammar lets in before the arguments is not theirs
             self.sent += len(tail) - len(tail.lstrip())
             tail = tail.lstrip()
-            self.started = bool(tail)
-        body = self.frame.without_closing(tail) if final else tail[:len(tail) - self.frame.held_back(tail)]
+            self.started, self.arguments_at = bool(tail), self.sent
+        if self.parallel:
+            for at in self.frame.links_at(tail):
+                if _whole_json(self.answer[self.arguments_at:self.sent + at]):  # not inside a string argument
+                    if at:
+                        out.append(("arguments", tail[:at]))
+                    self.sent += at + len(self.frame.link or "")
+                    self.linked = True
+                    return True
+        body = self.frame.without_closing(tail) if final else \
+            tail[:len(tail) - self.frame.held_back(tail, self.parallel)]
         if body:
             out.append(("arguments", body))
             self.sent += len(body)
-        return out
+        return False
+
+    def _tagged_calls(self, frame: TaggedFrame) -> list[Event]:
+        """The arguments of the whole reply's calls, written in ``frame`` (the first call's name is out
+        already)."""
+        out: list[Event] = []
+        name, at = self.names[0], self.sent
+        while True:
+            found = frame.arguments_at(self.answer, at, self.functions[name])
+            if found is None:
+                return out
+            arguments, at = found
+            links = frame.links_at(self.answer[at:]) if self.parallel else []
+            if links and links[0] == 0:
+                at += len(frame.link or "")
+                head = frame.match_head(self.answer[at:], list(self.functions), linked=True)
+                out.append(("arguments", json.dumps(arguments)))
+                if head is None:
+                    return out
+                name, at = head[0], at + head[1]
+                self.names.append(name)
+                out.append(("name", name))
+                continue
+            if self.answer[at:].strip() == frame.closing.strip():
+                out.append(("arguments", json.dumps(arguments)))
+            return out
 
 
-def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, dict[str, Any] | None]:
-    """(the thinking, the call) of a whole forced reply; no call when it was cut short of one."""
+def _whole_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, list[dict[str, Any]]]:
+    """(the thinking, the calls) of a whole forced reply; a call cut short (``max_tokens``) is left out."""
     events = reply.feed(text) + reply.finish()
     thinking = "".join(t for kind, t in events if kind == "reasoning")
-    arguments = "".join(t for kind, t in events if kind == "arguments")
-    if reply.name is None:
-        return thinking, None
-    try:
-        return thinking, make_tool_call(reply.name, json.loads(arguments))
-    except json.JSONDecodeError:
-        return thinking, None
+    calls: list[tuple[str, str]] = []
+    for kind, piece in events:
+        if kind == "name":
+            calls.append((piece, ""))
+        elif kind == "arguments":
+            calls[-1] = (calls[-1][0], calls[-1][1] + piece)
+    made = []
+    for name, arguments in calls:
+        try:
+            made.append(make_tool_call(name, json.loads(arguments)))
+        except json.JSONDecodeError:
+            pass
+    return thinking, made

@@ -20,12 +20,14 @@ from llama_cpp.reasoning_grammar import after_thinking, current_thinking
 from llama_cpp.sampling import SAMPLING_FIELDS
 
 from .continuation import ContinueMode, continue_message, template_thinking_markers
+from .call_frames import CallFrame
 from .forced_calls import ForcedReply, chosen_tools, frame_for, read_forced_reply
 from .streaming import stream_auto_reply, stream_forced_reply
 from .tool_calls import SYNTAX_TOKENS, legacy_functions_as_tools, parse_tool_calls
 
 # request keywords that are not sampling parameters and not create_completion's own
-_CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
+_CHAT_ONLY = {"functions", "function_call", "tools", "tool_choice", "parallel_tool_calls", "response_format",
+              "logprobs", "top_logprobs",
               "assistant_prefill", "add_generation_prompt", "chat_template_kwargs", "chat_template_name"}
 _COMPLETION_KEYWORDS = {"max_tokens", "stream", "stop", "seed", "model", "logit_bias", "logits_processor",
                         "stopping_criteria", "temperature", "top_p", "top_k", "min_p", "typical_p",
@@ -164,8 +166,9 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     if chosen is not None:  # in the template's own call syntax, after the thinking (:mod:`.forced_calls`)
         thinking = current_thinking()
         frame = frame_for(formatter, dict(request.get("chat_template_kwargs") or {}), thinking)
-        request["grammar"] = after_thinking(frame.grammar(chosen))
-        forced = ForcedReply(frame, chosen, thinking)
+        parallel = several_calls(tool_choice, request.get("parallel_tool_calls"), frame)
+        request["grammar"] = after_thinking(frame.grammar(chosen, parallel))
+        forced = ForcedReply(frame, chosen, thinking, parallel)
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:
@@ -183,22 +186,39 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     if stream:
         if forced is not None:
             return stream_forced_reply(result, forced)
-        return stream_auto_reply(result, lambda text: parse_tool_calls(text, tools))
-    return _with_tool_calls(completion_to_chat_completion(result), tools, forced)
+        return stream_auto_reply(result, lambda text: _calls_read(text, tools, request))
+    return _with_tool_calls(completion_to_chat_completion(result), tools, forced, request)
 
 
-def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: ForcedReply | None) -> dict[str, Any]:
-    """Read tool calls out of the reply (a forced reply is its thinking and the call, in the grammar's frame)."""
+def several_calls(tool_choice: Any, parallel_tool_calls: bool | None, frame: CallFrame) -> bool:
+    """Whether a forced reply may call several tools: for ``"required"`` only (a named choice is one call of
+    it), as ``parallel_tool_calls`` says; unset, where the template writes several calls in a turn (the
+    default llama-server takes from the template's capabilities)."""
+    if tool_choice != "required" or not frame.link:
+        return False
+    return parallel_tool_calls is not False
+
+
+def _calls_read(text: str, tools: list[dict[str, Any]], request: dict[str, Any]) -> tuple[str | None, list[Any]]:
+    """The reply's text and calls (the first alone with ``parallel_tool_calls`` false: what a reply
+    constrained to one call, as llama-server constrains it, would have held)."""
+    content, calls = parse_tool_calls(text, tools)
+    return content, calls[:1] if request.get("parallel_tool_calls") is False else calls
+
+
+def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: ForcedReply | None,
+                     request: dict[str, Any]) -> dict[str, Any]:
+    """Read tool calls out of the reply (a forced reply is its thinking and the calls, in the grammar's frame)."""
     choice = chat["choices"][0]
     text = choice["message"]["content"] or ""
     thinking = ""
     if forced is not None:
-        thinking, call = read_forced_reply(text, forced)
-        if call is None:  # max_tokens cut it short: the text stays, finish_reason "length"
+        thinking, calls = read_forced_reply(text, forced)
+        if not calls:  # max_tokens cut it short: the text stays, finish_reason "length"
             return chat
-        content, calls = None, [call]
+        content: str | None = None
     else:
-        content, calls = parse_tool_calls(text, tools)
+        content, calls = _calls_read(text, tools, request)
     if not calls:
         choice["message"]["content"] = content  # without routing markers such as functionary's ">>>all"
     else:

@@ -1,7 +1,7 @@
 """Streaming replies that may call tools, as OpenAI chat.completion.chunk deltas, while they are generated.
 
 * A forced call (a named or required tool) streams its arguments as they
-  are sampled: one delta opens the call (id, name), then argument fragments
+  are sampled: one delta opens each call (id, name), then argument fragments
   (after the thinking, as ``reasoning_content``, where the request splits it).
 * An "auto" reply streams its text until something that could open a tool
   call appears (one of the families' markers, or a leading ``{``); from
@@ -90,16 +90,19 @@ def stream_forced_call(chunks: Iterator[Chunk], name: str) -> Iterator[Chunk]:
 
 
 def stream_forced_reply(chunks: Iterator[Chunk], reply: ForcedReply) -> Iterator[Chunk]:
-    """A forced reply (:mod:`.forced_calls`), streamed as its thinking's ``reasoning_content`` deltas, then one
-    tool call: the call opens once its name is complete, and its arguments follow as they are sampled."""
+    """A forced reply (:mod:`.forced_calls`), streamed as its thinking's ``reasoning_content`` deltas, then its
+    tool calls: each opens once its name is complete, and its arguments follow as they are sampled."""
     writer = _ChunkWriter()
+    index = -1  # the call being streamed
 
     def deltas(events: list[tuple[str, str]]) -> Iterator[Chunk]:
+        nonlocal index
         for kind, text in events:
             if kind == "name":
-                yield writer.delta(_call_delta(text, "", f"call_{uuid.uuid4().hex[:24]}"))
+                index += 1
+                yield writer.delta(_call_delta(text, "", f"call_{uuid.uuid4().hex[:24]}", index))
             elif kind == "arguments":
-                yield writer.delta(_call_delta(None, text))
+                yield writer.delta(_call_delta(None, text, index=index))
             else:  # the thinking, or what was cut short before a call's name (max_tokens)
                 yield writer.delta({"reasoning_content" if kind == "reasoning" else "content": text})
 
@@ -180,7 +183,7 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
     content, calls = parse(text[sent:])
     if content:
         yield writer.delta({"content": content})
-    for index, call in enumerate(calls):
+    for i, call in enumerate(calls):
         fn = call["function"]
-        yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], index))
+        yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], i))
     yield writer.end("tool_calls" if calls else writer.finish or "stop")

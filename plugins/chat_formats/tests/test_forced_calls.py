@@ -152,9 +152,9 @@ def test_the_json_frame_reads_the_whitespace_its_grammar_allows() -> None:
 def test_a_reply_cut_short_is_no_call_and_its_text_stays() -> None:
     frame = template_frame(formatter("Qwen-Qwen3-0.6B"), {})
     reply = ForcedReply(frame, [TOOLS[0]["function"]], None)
-    assert read_forced_reply('<tool_call>\n{"na', reply) == ("", None)
+    assert read_forced_reply('<tool_call>\n{"na', reply) == ("", [])
     reply = ForcedReply(frame, [TOOLS[0]["function"]], None)
-    assert read_forced_reply('<tool_call>\n{"name": "get_weather", "arguments": {"ci', reply) == ("", None)
+    assert read_forced_reply('<tool_call>\n{"name": "get_weather", "arguments": {"ci', reply) == ("", [])
 
 
 # --- on a model: a tiny random llama with Qwen3's template --------------------------------------------------
@@ -174,11 +174,11 @@ FORCED = dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name":
 class Prefix:
     """A logits processor that makes the reply begin with ``text`` (then leaves it to the grammar)."""
 
-    def __init__(self, llm: Llama, text: str) -> None:
+    def __init__(self, llm: Llama, text: str, then_end: bool = False) -> None:
         # after a word, so that the tokenizer adds no space in front of the text (SentencePiece's "▁")
         tokens = llm.tokenize(b"a" + text.encode(), add_bos=False)
         assert llm.detokenize(tokens[:1]).strip() == b"a"
-        self.tokens = tokens[1:]
+        self.tokens = tokens[1:] + ([llm.token_eos()] if then_end else [])
         self.start: int | None = None
 
     def __call__(self, input_ids: Any, scores: np.ndarray) -> np.ndarray:
@@ -287,3 +287,132 @@ def test_tagged_arguments_follow_every_kind_of_parameter() -> None:
     head = frame.head("f")
     assert frame.read_arguments(frame.write("f", frame.tagged(arguments))[len(head):], function) == arguments
     assert frame.read_arguments(frame.write("f", frame.tagged(arguments))[len(head):-3], function) is None  # cut
+
+
+# --- several calls in one reply (tool_choice "required", parallel_tool_calls) -------------------------------
+
+# template -> what it writes between a call's arguments and the next call's name (None: one call a reply here)
+LINKS = {
+    "Qwen-Qwen3-0.6B": '}\n</tool_call>\n<tool_call>\n{"name": "',
+    "Mistral-Small-3.2-24B-Instruct-2506": "[TOOL_CALLS]",
+    "mistralai-Mistral-Nemo-Instruct-2407": f', "id": "{ID_SLOT}"}}, {{"name": "',
+    "Qwen3-Coder": ">\n</function>\n</tool_call>\n<tool_call>\n<function=",
+    "GLM-4.6": "\n</tool_call>\n<tool_call>",
+    "meta-llama-Llama-3.1-8B-Instruct": None,  # its template refuses a second call
+    "Kimi-K2-Instruct": None,  # its calls' ids count (functions.NAME:0, :1...), which one frame cannot write
+    "Cohere2MoE": None,  # so do its tool_call_id values
+}
+SECOND = {"city": "Oslo"}
+
+
+@pytest.mark.parametrize("stem", LINKS)
+def test_the_link_between_calls_is_the_templates_own(stem: str) -> None:
+    assert template_frame(formatter(stem), {}).link == LINKS[stem]
+
+
+def read_calls_in_pieces(text: str, frame: CallFrame, size: int, parallel: bool = True) -> list[tuple[str, Any]]:
+    """The (name, arguments) of the calls of a forced reply fed ``size`` characters at a time."""
+    reply = ForcedReply(frame, [t["function"] for t in TOOLS], None, parallel)
+    events = [e for piece in pieces(text, size) for e in reply.feed(piece)] + reply.finish()
+    assert not [t for kind, t in events if kind == "content"]
+    calls: list[tuple[str, str]] = []
+    for kind, piece in events:
+        if kind == "name":
+            calls.append((piece, ""))
+        elif kind == "arguments":
+            calls[-1] = (calls[-1][0], calls[-1][1] + piece)
+    return [(name, json.loads(arguments)) for name, arguments in calls]
+
+
+def test_linked_calls_are_read_back_by_the_familys_reader_and_by_the_forced_reader() -> None:
+    linked = [stem for stem in framed_templates() if template_frame(formatter(stem), {}).link]
+    assert len(linked) >= 30, linked
+    expected = [("get_weather", ARGUMENTS), ("get", {}), ("get_weather", SECOND)]
+    for stem in linked:
+        frame = template_frame(formatter(stem), {})
+        grammar = frame.grammar([t["function"] for t in TOOLS], parallel=True).grammar  # llama.cpp's parser takes it
+        assert "one-call)*" in grammar
+        written = [(name, frame.tagged(args) if isinstance(frame, TaggedFrame) else json.dumps(args))
+                   for name, args in expected]
+        text = frame.write_calls(written).replace(ID_SLOT, "a1B2c3D4e")
+        content, calls = parse_tool_calls(text, TOOLS)
+        assert not content and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+            expected, (stem, text)
+        for size in (1, 3, len(text)):
+            assert read_calls_in_pieces(text, frame, size) == expected, (stem, size)
+
+
+def test_a_links_text_inside_a_string_argument_is_part_of_the_argument() -> None:
+    frame = template_frame(formatter("Mistral-Small-3.2-24B-Instruct-2506"), {})
+    text = frame.write_calls([("get_weather", json.dumps({"city": "[TOOL_CALLS]get[ARGS]{}"})),
+                              ("get", "{}")]).replace(ID_SLOT, "a1B2c3D4e")
+    for size in (1, 5, len(text)):
+        assert read_calls_in_pieces(text, frame, size) == [("get_weather", {"city": "[TOOL_CALLS]get[ARGS]{}"}),
+                                                           ("get", {})]
+
+
+def test_one_call_without_parallel_or_a_link() -> None:
+    functions = [t["function"] for t in TOOLS]
+    assert "one-call)*" not in template_frame(formatter("Qwen-Qwen3-0.6B"), {}).grammar(functions).grammar
+    assert "one-call)*" not in template_frame(formatter("meta-llama-Llama-3.1-8B-Instruct"), {}).grammar(
+        functions, parallel=True).grammar
+
+
+PARALLEL = dict(tools=TOOLS, tool_choice="required", temperature=0, max_tokens=160, reasoning_format="none")
+LINKED_START = '<tool_call>\n{"name": "get", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "get_weather"'
+
+
+def streamed_calls(chunks: Iterator[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(name, arguments) of each streamed call, by its index."""
+    calls: dict[int, tuple[str, str]] = {}
+    for chunk in chunks:
+        for call in chunk["choices"][0]["delta"].get("tool_calls") or ():
+            name, arguments = calls.get(call["index"], ("", ""))
+            calls[call["index"]] = (name + (call["function"].get("name") or ""),
+                                    arguments + call["function"]["arguments"])
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_a_required_reply_may_call_several_tools(qwen3: Llama) -> None:
+    """Two calls linked as the template links them, then the end: the grammar lets them through (a token it
+    refused would be an error), and both are read back, whole and streamed, as the template's reader reads
+    them.  (Left to itself, the random model goes on calling until max_tokens.)"""
+    two = LINKED_START + ', "arguments": {"city": "Nice"}}\n</tool_call>'
+    out = qwen3.create_chat_completion(ASKED, logprobs=True, logits_processor=[Prefix(qwen3, two, then_end=True)],
+                                       **PARALLEL)
+    assert raw_text(out) == two
+    calls = out["choices"][0]["message"]["tool_calls"]
+    assert [c["function"] for c in calls] == [c["function"] for c in parse_tool_calls(two, TOOLS)[1]]
+    assert [c["function"]["name"] for c in calls] == ["get", "get_weather"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls" and "function_call" not in out["choices"][0]["message"]
+    streamed = streamed_calls(qwen3.create_chat_completion(ASKED, stream=True, logits_processor=[
+        Prefix(qwen3, two, then_end=True)], **PARALLEL))
+    assert [(name, json.loads(arguments)) for name, arguments in streamed] == [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+def test_parallel_tool_calls_false_keeps_a_required_reply_to_one_call(qwen3: Llama) -> None:
+    with pytest.raises(ValueError, match="left no token"):  # the link is not in its grammar
+        qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, logits_processor=[
+            Prefix(qwen3, LINKED_START)], **PARALLEL)
+    out = qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, logprobs=True, logits_processor=[
+        Prefix(qwen3, '<tool_call>\n{"name": "get", "arguments": {}}')], **PARALLEL)
+    assert raw_text(out) == '<tool_call>\n{"name": "get", "arguments": {}}\n</tool_call>'
+    assert [c["function"]["name"] for c in out["choices"][0]["message"]["tool_calls"]] == ["get"]
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call_of_an_auto_reply(qwen3: Llama) -> None:
+    """An "auto" reply is read back, not constrained: with parallel_tool_calls false only its first call is
+    returned (what llama-server's grammar, which ends the reply after one call, would have let through)."""
+    two = Prefix(qwen3, LINKED_START + ', "arguments": {"city": "Nice"}}\n</tool_call>', then_end=True)
+    auto = dict(tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=160, reasoning_format="none")
+    both = qwen3.create_chat_completion(ASKED, logits_processor=[two], **auto)["choices"][0]["message"]
+    assert [c["function"]["name"] for c in both["tool_calls"]] == ["get", "get_weather"]
+    two.start = None
+    first = qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, logits_processor=[two],
+                                         **auto)["choices"][0]["message"]
+    assert [c["function"] for c in first["tool_calls"]] == [both["tool_calls"][0]["function"]]
+    two.start = None
+    streamed = streamed_calls(qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, stream=True,
+                                                           logits_processor=[two], **auto))
+    assert [name for name, _ in streamed] == ["get"]
