@@ -229,5 +229,6 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
         if len(calls) == 1:  # the legacy field, as the seed returns it
             message["function_call"] = dict(calls[0]["function"])
         choice["message"] = message
-        choice["finish_reason"] = "tool_calls"
+        if forced is None or choice["finish_reason"] != "length":  # (a forced reply's later call cut short)
+            choice["finish_reason"] = "tool_calls"
     return chat
