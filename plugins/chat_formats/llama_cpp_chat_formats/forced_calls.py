@@ -384,18 +384,23 @@ def _whole_json(text: str) -> bool:
     return True
 
 
-def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, list[dict[str, Any]]]:
-    """(the thinking, the calls) of a whole forced reply; a call cut short (``max_tokens``) is left out."""
-    events = reply.feed(text) + reply.finish()
-    thinking = "".join(t for kind, t in events if kind == "reasoning")
+def calls_of(events: Sequence[Event]) -> list[tuple[str, str]]:
+    """(name, arguments' text) of each call in a forced reply's ``events``."""
     calls: list[tuple[str, str]] = []
     for kind, piece in events:
         if kind == "name":
             calls.append((piece, ""))
         elif kind == "arguments":
             calls[-1] = (calls[-1][0], calls[-1][1] + piece)
+    return calls
+
+
+def read_forced_reply(text: str, reply: ForcedReply) -> tuple[str, list[dict[str, Any]]]:
+    """(the thinking, the calls) of a whole forced reply; a call cut short (``max_tokens``) is left out."""
+    events = reply.feed(text) + reply.finish()
+    thinking = "".join(t for kind, t in events if kind == "reasoning")
     made = []
-    for name, arguments in calls:
+    for name, arguments in calls_of(events):
         try:
             made.append(make_tool_call(name, json.loads(arguments)))
         except json.JSONDecodeError:

@@ -18,7 +18,7 @@ from llama_cpp.reasoning_split import Markers
 from llama_cpp.testing import llama_cpp_source_dir
 from llama_cpp_chat_formats import Jinja2ChatFormatter
 from llama_cpp_chat_formats.call_frames import ID_SLOT, JSON_FRAME, CallFrame, TaggedFrame
-from llama_cpp_chat_formats.forced_calls import ForcedReply, frame_for, read_forced_reply, template_frame
+from llama_cpp_chat_formats.forced_calls import ForcedReply, calls_of, frame_for, read_forced_reply, template_frame
 from llama_cpp_chat_formats.tool_calls import parse_tool_calls
 
 TEMPLATES = llama_cpp_source_dir() / "models" / "templates"
@@ -315,13 +315,7 @@ def read_calls_in_pieces(text: str, frame: CallFrame, size: int, parallel: bool 
     reply = ForcedReply(frame, [t["function"] for t in TOOLS], None, parallel)
     events = [e for piece in pieces(text, size) for e in reply.feed(piece)] + reply.finish()
     assert not [t for kind, t in events if kind == "content"]
-    calls: list[tuple[str, str]] = []
-    for kind, piece in events:
-        if kind == "name":
-            calls.append((piece, ""))
-        elif kind == "arguments":
-            calls[-1] = (calls[-1][0], calls[-1][1] + piece)
-    return [(name, json.loads(arguments)) for name, arguments in calls]
+    return [(name, json.loads(arguments)) for name, arguments in calls_of(events)]
 
 
 def test_linked_calls_are_read_back_by_the_familys_reader_and_by_the_forced_reader() -> None:
