@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -261,3 +262,13 @@ def test_an_adapter_outliving_its_model_is_not_freed_twice(tiny_model_path: Path
     handle.close()
     llm.close()
     assert len(freed) == 1  # "a" was not freed a second time
+
+
+@pytest.mark.parametrize("scale", [1e300, -1e39, float("nan"), True])
+def test_a_scale_a_32_bit_float_cannot_hold_is_refused(scale: Any) -> None:
+    """llama.cpp applies a scale as a 32-bit float: 1e300 is finite in Python and infinite there."""
+    from llama_cpp.engine.normalize import check_lora_scale
+
+    with pytest.raises(ValueError, match="within a 32-bit float's range"):
+        check_lora_scale(scale, "the scale")
+    assert check_lora_scale(3e38, "the scale") == 3e38

@@ -10,11 +10,13 @@ process).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from llama_cpp import Llama
+from llama_cpp import Llama, LlamaGrammar
 from llama_cpp.chat_messages import normalize_messages
 from llama_cpp.engine.normalize import MAX_STOPS, MAX_TOOLS, check_tools, stop_list
 from llama_cpp.sampling import LLAMA_DEFAULT_SEED, MAX_LIST_ENTRIES, SamplingParams, normalize_seed
@@ -118,6 +120,8 @@ def test_malformed_messages_are_named(llm: Llama, messages, says) -> None:
     (None, "f", "functions must be a list"),
     ([{"type": "function", "function": {"name": f"f{i}"}} for i in range(MAX_TOOLS + 1)], None,
      f"tools has {MAX_TOOLS + 1} entries; at most {MAX_TOOLS}"),
+    ([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}], None,
+     "tools[1].function.name 'f' is also tools[0].function's: tool names must be unique"),
 ])
 def test_malformed_tools_are_named(llm: Llama, tools, functions, says) -> None:
     with pytest.raises(ValueError) as caught:
@@ -127,6 +131,26 @@ def test_malformed_tools_are_named(llm: Llama, tools, functions, says) -> None:
         llm.create_chat_completion(messages=[{"role": "user", "content": "x"}], tools=tools, functions=functions,
                                    tool_choice="required" if tools else None, max_tokens=2)
     assert says in str(through_llama.value)
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("request_, says", [
+    (dict(tool_choice="required"), "tool_choice forces a call, but no tools (or functions) were given"),
+    (dict(tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice forces a call"),
+    (dict(function_call={"name": "f"}), "function_call forces a call"),
+    (dict(tools=[TOOL], tool_choice="required", grammar=LlamaGrammar.from_string('root ::= "a"', verbose=False)),
+     "a forced tool call cannot take a grammar or response_format"),
+    (dict(tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}),
+     "a forced tool call cannot take a grammar or response_format"),
+    (dict(chat_template_kwargs={"tools": []}), "chat_template_kwargs: 'tools' is the request's own"),
+])
+def test_a_request_that_contradicts_itself_is_refused(llm: Llama, request_: dict[str, Any], says: str) -> None:
+    """A forced call with nothing to call (OpenAI's 400) or with a grammar of the caller's (llama-server's
+    400: the call's grammar would replace it), a template variable the request sets itself."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        llm.create_chat_completion(messages=[{"role": "user", "content": "x"}], max_tokens=2, **request_)
 
 
 def test_an_empty_prompt_starts_from_bos(llm: Llama) -> None:

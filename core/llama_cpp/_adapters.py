@@ -11,7 +11,6 @@ token was evaluated, so a cached prefix may only be reused under the same key.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -20,6 +19,7 @@ import numpy as np
 from llama_cpp_native import ffi, lib
 
 from ._handles import NativeHandle, SharedHandle
+from .engine.normalize import check_lora_scale
 from ._logger import capture_messages
 
 
@@ -130,12 +130,10 @@ class Adapters:
             if name not in self._loaded:
                 loaded = ", ".join(repr(n) for n in self._loaded) or "none (use load_lora(name, path) first)"
                 raise ValueError(f"LoRA adapter {name!r} is not loaded; loaded adapters: {loaded}")
-            scale = entry.get("scale", 1.0)
-            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-                raise ValueError(f"the scale of LoRA adapter {name!r} must be a finite number, got {scale!r}")
+            scale = check_lora_scale(entry.get("scale", 1.0), f"the scale of LoRA adapter {name!r}")
             if name in chosen:
                 raise ValueError(f"LoRA adapter {name!r} is listed twice in active_loras")
-            chosen[name] = float(scale)
+            chosen[name] = scale
         return tuple(chosen.items())
 
     def control_vector(self, spec: Mapping[str, Any] | None) -> ControlVector | None:

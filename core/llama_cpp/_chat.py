@@ -19,7 +19,7 @@ from ._llama_base import LlamaBase
 from .llama_chat_format import (ChatFormatterResponse, ChatPromptRenderer, LlamaChatCompletionHandlerNotFoundException,
                                 get_chat_completion_handler)
 from .chat_messages import normalize_messages
-from .engine.normalize import check_tools, text_prompt_tokens
+from .engine.normalize import check_tool_choice, check_tools, text_prompt_tokens
 from .engine.policy import tagged
 from .preserved_tokens import control_tokens_of, preserving
 from .reasoning import template_variables
@@ -145,6 +145,7 @@ class ChatAPI(LlamaBase):
         """
         messages = normalize_messages(messages)
         check_tools(tools, functions)
+        check_tool_choice(tools, functions, tool_choice, function_call, grammar, response_format)
         marks = cache_breakpoints.marks_of(messages, tools)
         if marks:  # the marks are not the template's to render (llama-server drops them too)
             messages, tools = cache_breakpoints.unmarked(messages, tools)

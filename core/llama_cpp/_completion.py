@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, overload
 
 import attrs
 import numpy as np
@@ -27,7 +27,7 @@ from .engine.policy import check_priority, check_tenant, current_tags
 from .engine.normalize import choice_count, choice_seed, new_token_limit, prompt_list, stop_list, text_prompt_tokens
 from .engine.sampler import token_logprob
 from .line_limits import LineLimits
-from .preserved_tokens import current_preserved
+from .preserved_tokens import current_preserved, preserving
 from .sampling import sampling_arguments
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ class CompletionAPI(LlamaBase):
     def completion_events(self, prompt: str | list[int] | list[str] | list[list[int]], *, n_indent: int = 0,
                           t_max_predict_ms: float = -1, sequence: int | None = None, return_progress: bool = False,
                           post_sampling_probs: bool = False, n_cache_reuse: int = 0,
-                          **keywords: Any) -> Iterator[CompletionEvent]:
+                          preserved_tokens: Iterable[int] = (), **keywords: Any) -> Iterator[CompletionEvent]:
         """The completion of ``prompt`` token by token, as llama-server's ``/completion`` reports it: every
         generated token (the end-of-generation one too) with the text it releases, then per choice an event
         with ``end`` (:mod:`llama_cpp.completion_events`).  ``keywords`` are :meth:`create_completion`'s, but
@@ -256,7 +256,9 @@ class CompletionAPI(LlamaBase):
         candidates (every token is then sampled from the whole vocabulary), not the model's;
         ``n_cache_reuse`` (llama-server's): after the prefix a prompt shares with what its sequence holds,
         runs of at least that many held tokens that the prompt goes on with are moved into place (their
-        positions shifted) instead of evaluated again, the held tokens the prompt skips dropped."""
+        positions shifted) instead of evaluated again, the held tokens the prompt skips dropped;
+        ``preserved_tokens`` (llama-server's): token ids whose text the reply keeps where the detokenizer would
+        leave it out (control tokens: a lazy grammar's trigger, a tool call's markers)."""
         shaping = sorted({"stream", "echo", "model"} & keywords.keys())
         if shaping:
             raise TypeError(f"completion_events() takes no {', '.join(shaping)} (they shape create_completion's "
@@ -270,7 +272,8 @@ class CompletionAPI(LlamaBase):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         if isinstance(n_cache_reuse, bool) or not isinstance(n_cache_reuse, int) or n_cache_reuse < 0:
             raise ValueError(f"n_cache_reuse must be a number of tokens, 0 for none, got {n_cache_reuse!r}")
-        choices, _ = self._completion_choices(bound.arguments, sequence)
+        with preserving(current_preserved() | frozenset(self._token_list(list(preserved_tokens)))):
+            choices, _ = self._completion_choices(bound.arguments, sequence)
         for choice in choices:
             choice.request.report_progress = return_progress
             choice.request.post_sampling_probs = post_sampling_probs

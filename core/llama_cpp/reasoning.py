@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 REASONING_FORMATS = ("none", "deepseek", "deepseek-legacy", "auto")
 
 
+# the template variables a chat request sets from its own fields, which chat_template_kwargs cannot set
+REQUEST_VARIABLES = ("messages", "add_generation_prompt", "tools", "tool_choice", "functions", "function_call")
+
+
 def template_variables(kwargs: dict[str, Any], reasoning_effort: str | None = None) -> dict[str, Any]:
     """The template's variables as llama-server hands them over, with OpenAI's ``reasoning_effort``
     among them: ``"none"`` turns thinking off (``enable_thinking`` false), any other level is the
@@ -40,6 +44,10 @@ def template_variables(kwargs: dict[str, Any], reasoning_effort: str | None = No
     thinking of earlier turns by them).  A name the caller set itself is kept."""
     if reasoning_effort is not None and not isinstance(reasoning_effort, str):
         raise ValueError(f"reasoning_effort must be a string, got {reasoning_effort!r}")
+    for name in kwargs:
+        if name in REQUEST_VARIABLES:
+            raise ValueError(f"chat_template_kwargs: {name!r} is the request's own ({', '.join(REQUEST_VARIABLES)} "
+                             "come from its fields), not a template variable to set")
     out = dict(kwargs)
     if reasoning_effort == "none":
         out["enable_thinking"] = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
@@ -29,7 +28,7 @@ from .anthropic_messages import CountTokensRequest, MessagesRequest
 from .openai_responses import InputTokensRequest, ResponsesRequest, ResponsesView
 from .response_store import ResponseStore
 from .bridge import EventFormat, ResponseView, Served, Workers, open_stream, run_call, sse_events
-from .guards import BodyLimit, key_index, request_tenant, require_api_key
+from .guards import BodyLimit, JsonBodies, key_index, request_tenant, require_api_key
 from .choices import chat_choice_streams, chat_choices
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import render_metrics
@@ -42,7 +41,8 @@ from .llama_server_props import post_props, props
 from .llama_server_template import apply_template, input_tokens
 from .llama_server_text import mixed_tokens, pieces_text, token_piece
 from .slots import slot_action, slot_list
-from .requests import chat_arguments, check_embedding_input, completion_arguments, stream_shaper, with_server_defaults
+from .requests import (chat_arguments, check_embedding_input, check_generations, completion_arguments, prompt_count,
+                       stream_shaper, with_server_defaults)
 from .schemas import (ChatRequest, CompletionRequest, DetokenizeRequest, EmbeddingRequest, RerankRequest,
                       TokenizeRequest, body_fields)
 from .settings import ModelSettings, ServerSettings, Settings, load_settings
@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     shapes = error_shapes()
     errors.install(app, body_fields(), (lambda request: which_key(request) is not None) if server.api_keys else None,
                    shapes)
+    app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, max_bytes=server.max_body_bytes, shapes=shapes)
     if server.cors_origins:
         # llama-server's shorthand "localhost": a page served from this machine, on any port
@@ -166,8 +167,8 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
         thread (a grammar is checked there, off the event loop; a bad value releases the model at once),
         then streamed or answered whole, with llama-server's ``timings`` of the call's engine requests;
         ``view`` shapes the answer for another API (Anthropic's) instead."""
-        if body.n > server.max_n:
-            raise errors.APIError(400, f"n={body.n} is more than this server allows ({server.max_n})", param="n")
+        check_generations(prompt_count(body.prompt) if isinstance(body, CompletionRequest) else 1, ("n", body.n),
+                          server.max_n)
         body = with_server_defaults(body, server)
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -327,10 +328,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
     async def named_model(request: Request) -> str:
         """The ``model`` of a ``/models/load`` or ``/models/unload`` body."""
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise errors.APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+        body = errors.json_body(await request.body(), empty={})
         name = body.get("model") if isinstance(body, dict) else None
         if not isinstance(name, str) or not name:
             raise errors.APIError(400, f"model: required, one of {', '.join(pool.names)}", param="model")
@@ -373,6 +371,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.post("/completions", dependencies=keyed, responses=llama_server_schema.COMPLETION)
     @app.post("/completion", dependencies=keyed, include_in_schema=False)  # llama-server's legacy path
     async def native_completion(body: NativeCompletionRequest, request: Request) -> Any:
+        check_generations(prompt_count(body.prompt), body.choices, server.max_n)
         body = native_with_server_defaults(body, server)
         lease = await pool.admit(body.model)
         llm = lease.llama
@@ -390,6 +389,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
 
     @app.post("/infill", dependencies=keyed, responses=llama_server_schema.INFILL)
     async def native_infill(body: NativeInfillRequest, request: Request) -> Any:
+        check_generations(1, body.choices, server.max_n)
         lease = await pool.admit(body.model)
         try:
             n_predict = server.default_max_tokens if server.default_max_tokens is not None else -1
@@ -442,11 +442,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.post("/slots/{id_slot}", dependencies=keyed, responses=llama_server_schema.SLOT_ACTION,
               openapi_extra=llama_server_schema.SLOT_ACTION_BODY)
     async def post_slot(id_slot: str, request: Request, action: str | None = None, model: str | None = None) -> Any:
-        body = await request.body()
-        try:
-            fields = json.loads(body) if body.strip() else {}
-        except ValueError:
-            raise errors.APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+        fields = errors.json_body(await request.body(), empty={})
         filename = fields.get("filename") if isinstance(fields, dict) else None
         if filename is not None and not isinstance(filename, str):
             raise errors.APIError(422, "filename: a string", param="filename")

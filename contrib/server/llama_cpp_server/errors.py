@@ -8,6 +8,7 @@ else (:class:`CatchAll`: 500, logged on the server, a generic message to the cli
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any, Callable, Iterable, Mapping
@@ -39,6 +40,17 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers
+
+
+def json_body(raw: bytes, empty: Any = None) -> Any:
+    """The JSON of a body a route reads itself (``empty`` for a blank one, where the route allows it): a 400
+    ``invalid_json`` for what is not JSON, nesting too deep to parse included (Python's parser recurses)."""
+    if empty is not None and not raw.strip():
+        return empty
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise APIError(400, "the request body is not valid JSON (or nests too deeply)", code="invalid_json") from None
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

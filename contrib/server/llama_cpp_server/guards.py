@@ -1,4 +1,4 @@
-"""What stands between the network and the engine: API keys and the request body's size.
+"""What stands between the network and the engine: API keys, the request body's size and how it is read.
 
 Keys come as ``Authorization: Bearer <key>`` (what OpenAI's clients send) or ``X-Api-Key: <key>``, and are
 compared in constant time.  ``/health`` and the chat page are open (the page asks for a key itself).  A
@@ -128,3 +128,19 @@ def body_too_large(shapes: ErrorShapes, path: str, max_bytes: int) -> Response:
     """The 413 of a body over ``max_bytes``, in the error shape of ``path``."""
     return shapes.response(path, 413, f"the request body is larger than this server allows ({max_bytes} bytes, "
                            "max_body_bytes)", code="body_too_large")
+
+
+class JsonBodies:
+    """ASGI middleware: every body is read as JSON, whatever its ``Content-Type`` says, as llama-server reads
+    it (curl's ``-d`` sends ``application/x-www-form-urlencoded``; no route here takes a form)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            headers = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"]
+            given = dict(scope.get("headers") or []).get(b"content-type", b"")
+            if b"json" not in given.lower():
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)

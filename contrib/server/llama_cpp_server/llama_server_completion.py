@@ -17,7 +17,7 @@ from typing import Any, Iterator, Union
 
 from llama_cpp.completion_events import CompletionEvent
 from llama_cpp.llama_grammar import LlamaGrammar
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from . import llama_server_timings
 from .errors import APIError
@@ -39,6 +39,17 @@ _SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typical_p", "p": "top_p", "s
 _SERVER_NAMES = {"typical_p": "typ_p"}
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
 RANDOM_SEED = 0xFFFFFFFF  # llama-server's "no seed" (-1 as a uint32)
+
+
+class GrammarTrigger(BaseModel):
+    """One of llama-server's ``grammar_triggers``: ``{"type": 0, "value": text, "token": id}`` (a token) or
+    ``{"type": 1, "value": word}``; types 2 and 3 (regular expressions) are llama-server's, not served here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: int = Field(ge=0, le=3)
+    value: str
+    token: StrictInt | None = None
 
 
 class NativeCompletionRequest(BaseModel):
@@ -93,6 +104,9 @@ class NativeCompletionRequest(BaseModel):
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
     grammar_lazy: bool = False
+    grammar_triggers: list[GrammarTrigger] = Field(default_factory=list, description="what starts a lazy grammar")
+    preserved_tokens: list[str] = Field(default_factory=list, description="texts of tokens whose text the reply "
+                                                                           "keeps (control tokens)")
     n_indent: int = Field(0, ge=0, description="stop at the first line after the first indented less (code "
                                                "completion)")
     t_max_predict_ms: float = Field(-1, description="stop at a line break once generating has taken that long")
@@ -107,6 +121,11 @@ class NativeCompletionRequest(BaseModel):
     n_cache_reuse: int = Field(0, ge=0, description="after the prefix the prompt shares with its sequence, runs of "
                                                      "at least this many held tokens moved into place, not evaluated")
     lora: list[LoraEntry] | None = None
+
+    @property
+    def choices(self) -> tuple[str, int]:
+        """(the field that sets the choices of each prompt, their number): ``n`` where given, else ``n_cmpl``."""
+        return ("n", self.n) if self.n is not None else ("n_cmpl", self.n_cmpl)
 
 
 def native_with_server_defaults(body: NativeCompletionRequest, server: ServerSettings) -> NativeCompletionRequest:
@@ -215,8 +234,9 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         field = "grammar" if body.grammar else "json_schema"
         raise APIError(400, f"{field}: {exc}", param=field) from None
     stop = _stops(body)
+    preserved = _preserved(body, llm)
     return dict(
-        prompt=_prompts(body, llm), stop=stop, n=body.n if body.n is not None else body.n_cmpl,
+        prompt=_prompts(body, llm), stop=stop, n=body.choices[1],
         max_tokens=None if n_predict < 0 else n_predict, logprobs=body.n_probs or None, seed=_seed(body),
         temperature=body.temperature, dynatemp_range=body.dynatemp_range, dynatemp_exponent=body.dynatemp_exponent,
         top_k=body.top_k, top_p=body.top_p, min_p=body.min_p, top_n_sigma=body.top_n_sigma,
@@ -228,10 +248,39 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         mirostat_mode=body.mirostat, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
         adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
         ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
-        grammar=grammar, grammar_lazy=body.grammar_lazy, tenant=tenant, active_loras=active_loras,
+        grammar=grammar, grammar_lazy=body.grammar_lazy, grammar_triggers=_triggers(body, llm, preserved),
+        preserved_tokens=preserved, tenant=tenant, active_loras=active_loras,
         n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
         sequence=_sequence(body, llm), return_progress=body.return_progress and body.stream,
         post_sampling_probs=body.post_sampling_probs, n_cache_reuse=body.n_cache_reuse)
+
+
+def _preserved(body: NativeCompletionRequest, llm: Any) -> frozenset[int]:
+    """``preserved_tokens`` as llama-server reads them: each text that is one token, that token."""
+    ids = (llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) for text in body.preserved_tokens)
+    return frozenset(one[0] for one in ids if len(one) == 1)
+
+
+def _triggers(body: NativeCompletionRequest, llm: Any, preserved: frozenset[int]) -> tuple[str | int, ...]:
+    """``grammar_triggers`` as the core's (words and token ids), by llama-server's rules: a word that is one
+    token is that token, which must be preserved (its text would be left out of the reply otherwise)."""
+    triggers: list[str | int] = []
+    for i, trigger in enumerate(body.grammar_triggers):
+        field = f"grammar_triggers[{i}]"
+        if trigger.type == 0:
+            if trigger.token is None:
+                raise APIError(400, f"{field}: a token trigger (type 0) needs its token", param=field)
+            triggers.append(trigger.token)
+        elif trigger.type == 1:
+            one = llm.tokenize(trigger.value.encode("utf-8"), add_bos=False, special=True)
+            if len(one) == 1 and one[0] not in preserved:
+                raise APIError(400, f"{field}: Grammar trigger word should be marked as preserved token: "
+                               f"{trigger.value}", param=field)
+            triggers.append(one[0] if len(one) == 1 else trigger.value)
+        else:
+            raise APIError(400, f"{field}: pattern triggers (types 2 and 3) are not served here; words (1) and "
+                           "tokens (0) are", param=field)
+    return tuple(triggers)
 
 
 def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:
@@ -253,9 +302,15 @@ def _seed(body: NativeCompletionRequest) -> int | None:
     return None if body.seed in (-1, RANDOM_SEED) else body.seed
 
 
-def generation_settings(body: NativeCompletionRequest, bias: dict[int, float] | None = None) -> dict[str, Any]:
-    """The request's settings under llama-server's names, in its order (``generation_settings``); ``bias`` the
-    logit biases its ``logit_bias`` gave."""
+def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request's settings under llama-server's names, in its order (``generation_settings``); ``arguments``
+    what :func:`native_arguments` made of it (its logit biases, triggers and preserved tokens), if it was
+    made."""
+    made = arguments or {}
+    bias = made.get("logit_bias")
+    triggers = [{"type": 0, "value": given.value, "token": trigger} if isinstance(trigger, int) else
+                {"type": 1, "value": trigger} for given, trigger in zip(body.grammar_triggers,
+                                                                         made.get("grammar_triggers", ()))]
     samplers = _samplers(body.samplers) or DEFAULT_SAMPLERS
     n_predict, seed = _n_predict(body), _seed(body)
     stop = _stops(body)
@@ -275,7 +330,8 @@ def generation_settings(body: NativeCompletionRequest, bias: dict[int, float] | 
         "n_discard": body.n_discard, "ignore_eos": body.ignore_eos, "stream": body.stream,
         "logit_bias": [{"bias": None if v == float("-inf") else v, "token": t} for t, v in (bias or {}).items()],
         "n_probs": body.n_probs, "min_keep": body.min_keep, "grammar": body.grammar or "",
-        "grammar_lazy": body.grammar_lazy, "grammar_triggers": [], "preserved_tokens": [],
+        "grammar_lazy": body.grammar_lazy, "grammar_triggers": triggers,
+        "preserved_tokens": sorted(made.get("preserved_tokens", ())),
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
         "generation_prompt": "", "samplers": [_SERVER_NAMES.get(name, name) for name in samplers],
         "speculative.types": "none", "timings_per_token": body.timings_per_token,
@@ -306,7 +362,7 @@ class NativeShaper:
         self.llm = llm
         self.body = body
         self.model = model
-        self.settings = generation_settings(body, arguments["logit_bias"])
+        self.settings = generation_settings(body, arguments)
         self.texts: dict[int, list[str]] = {}
         self.tokens: dict[int, list[int]] = {}
         self.probs: dict[int, list[dict[str, Any]]] = {}

@@ -4,7 +4,7 @@ of the repository, laid out as llama-server lays out a fill-in-the-middle prompt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,8 +53,10 @@ def infill_prompt(body: NativeInfillRequest, llm: Any, n_batch: int, n_predict: 
         extra += [fim.separator, *text("filename\n")]
     prefix = mixed_tokens(llm, body.input_prefix, add_bos=False, special=False, field="input_prefix")
     suffix = mixed_tokens(llm, body.input_suffix, add_bos=False, special=False, field="input_suffix")
-    prompt = mixed_tokens(llm, body.prompt if isinstance(body.prompt, str) else "", add_bos=False, special=True,
-                          field="prompt")
+    if isinstance(body.prompt, list) and any(isinstance(item, list) for item in body.prompt):
+        raise APIError(400, "prompt: /infill takes one prompt (a text, or token ids and texts), not a list of "
+                       "prompts", param="prompt")
+    prompt = mixed_tokens(llm, cast(Mixed, body.prompt), add_bos=False, special=True, field="prompt")
     n_ctx = llm.scheduler.ctx.n_ctx_seq
     n_prefix = min(len(prefix), 3 * (n_batch // 4))
     n_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))

@@ -12,13 +12,14 @@ adapters and scales.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, Sequence
 
 from pydantic import TypeAdapter, ValidationError
 
-from .errors import APIError
+from llama_cpp.engine.normalize import check_lora_scale
+
+from .errors import APIError, json_body
 from .schemas import LoraEntry
 
 _ENTRIES = TypeAdapter(list[LoraEntry])
@@ -55,16 +56,16 @@ class LoraTable:
             if entry.id in seen:
                 raise APIError(400, f"{field}: adapter {entry.id} is listed twice", param=field)
             seen.add(entry.id)
-            scales[entry.id] = entry.scale
+            try:
+                scales[entry.id] = check_lora_scale(entry.scale, f"{field}: the scale of adapter {entry.id}")
+            except ValueError as exc:
+                raise APIError(400, str(exc), param=field) from None
         return scales
 
     def set_scales(self, body: bytes) -> dict[str, Any]:
         """``POST /lora-adapters``: the body (``[{"id", "scale"}, ...]``) becomes the scales of the requests
         that come after it; answered as llama-server answers."""
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+        data = json_body(body)
         if not isinstance(data, list):
             raise APIError(400, "the request body must be an array of {\"id\", \"scale\"} objects",
                            code="invalid_body")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import llama_cpp_native
 
-from .errors import APIError
+from .errors import APIError, json_body
 
 
 def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str, bool],
@@ -40,10 +39,7 @@ def post_props(enabled: bool, body: bytes) -> dict[str, Any]:
     if not enabled:
         raise APIError(501, "this server does not change properties through POST /props (start it with "
                        "props_endpoint: true, llama-server's --props)")
-    try:
-        fields = json.loads(body) if body.strip() else {}
-    except ValueError:
-        raise APIError(400, "the request body is not valid JSON", code="invalid_json") from None
+    fields = json_body(body, empty={})
     if not isinstance(fields, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_body")
     for name in fields:

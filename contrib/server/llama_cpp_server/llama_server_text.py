@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
+from pydantic import StrictInt
+
 from .errors import APIError
 
-#: a text, or texts and token ids mixed
-Mixed = Union[str, list[Union[int, str]]]
+#: a text, or texts and token ids mixed (JSON's true is not token 1)
+Mixed = Union[str, list[Union[StrictInt, str]]]
 
 
 def mixed_tokens(llm: Any, value: str | Sequence[object], *, add_bos: bool, special: bool, field: str) -> list[int]:

@@ -117,6 +117,32 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: 
     return kwargs
 
 
+# the most generations (prompts times choices) one request may ask for: each is an engine request queued
+# with its prompt's tokens, and the body limit alone lets in a million one-character prompts
+MAX_GENERATIONS = 2048
+
+
+def check_generations(n_prompts: int, choices: tuple[str, int], max_n: int) -> None:
+    """400 for more choices per prompt (``choices``: the field that sets them, their number) than the server's
+    ``max_n`` (llama-server bounds its ``n_cmpl`` by its parallel slots), or more generations in all than
+    :data:`MAX_GENERATIONS`."""
+    n_field, n = choices
+    if n > max_n:
+        raise APIError(400, f"{n_field}={n} is more than this server allows ({max_n})", param=n_field)
+    if n_prompts * n > MAX_GENERATIONS:
+        raise APIError(400, f"prompt: {n_prompts} prompts with {n_field}={n} ask for {n_prompts * n} generations; "
+                       f"one request may ask for at most {MAX_GENERATIONS} (split it into several requests)",
+                       param="prompt")
+
+
+def prompt_count(prompt: object) -> int:
+    """How many prompts a completion body's ``prompt`` holds: a list with no token id at its top level is
+    one prompt per item (the rule of the core's ``prompt_list`` and llama-server's)."""
+    if isinstance(prompt, list) and prompt and not any(isinstance(item, int) for item in prompt):
+        return len(prompt)
+    return 1
+
+
 def template_kwargs(body: ChatRequest) -> dict[str, Any]:
     """The template variables of a chat body, as llama-server hands them over: ``enable_thinking`` true
     unless ``chat_template_kwargs`` or ``reasoning_effort: "none"`` turn it off, the body's

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 from llama_cpp.engine.policy import MAX_TENANT_LENGTH
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-Prompt = Union[str, list[str], list[int], list[list[int]]]
+Prompt = Union[str, list[str], list[StrictInt], list[list[StrictInt]]]  # (JSON's true is not token 1)
 
 
 class _Body(BaseModel):
@@ -172,7 +172,7 @@ class TokenizeRequest(_Body):
 
 
 class DetokenizeRequest(_Body):
-    tokens: list[int]
+    tokens: list[StrictInt]
     model: str | None = None
 
 

@@ -85,6 +85,30 @@ HOSTILE: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ("/completion", {"prompt": "a", "n_predict": 2, "grammar": 'root ::= "x"',
                      "logit_bias": [[123, False], [921, False], [29916, False]]}, 400, None,
      "every token the grammar allows was excluded"),
+    # what a fuzzing campaign of the routes found (2026-12-06): choices and prompts without bound, template
+    # variables that collide with the request's own, forced calls with nothing to call or a second constraint
+    ("/completion", {"prompt": "a", "n_predict": 1, "n_cmpl": 10**6}, 400, "n_cmpl", "more than this server allows"),
+    ("/completion", {"prompt": "a", "n_predict": 1, "n": 9}, 400, "n", "more than this server allows"),
+    ("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 1, "n_cmpl": 10**6}, 400, "n_cmpl",
+     "more than this server allows"),
+    ("/v1/completions", {"prompt": ["a"] * 5000, "max_tokens": 1}, 400, "prompt", "at most 2048"),
+    ("/completion", {"prompt": ["a"] * 1000, "n_predict": 1, "n_cmpl": 4}, 400, "prompt", "at most 2048"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "chat_template_kwargs": {"messages": 5}}, 400,
+     None, "'messages' is the request's own"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "chat_template_kwargs": {"tools": []}}, 400,
+     None, "'tools' is the request's own"),
+    ("/apply-template", {"messages": CHAT, "chat_template_kwargs": {"add_generation_prompt": False}}, 400, None,
+     "'add_generation_prompt' is the request's own"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tool_choice": "required"}, 400, None,
+     "no tools (or functions) were given"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tools": [TOOL], "tool_choice": "required",
+                              "grammar": 'root ::= "a"'}, 400, None, "cannot take a grammar or response_format"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tools": [TOOL], "tool_choice": "required",
+                              "response_format": {"type": "json_object"}}, 400, None,
+     "cannot take a grammar or response_format"),
+    ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tools": [TOOL, TOOL]}, 400, None,
+     "tool names must be unique"),
+    ("/detokenize", {"tokens": [True]}, 422, "tokens[0]", "valid integer"),
     # a plugin stage's parameter of the wrong type (the example plugin's, installed in the tests)
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "extra_samplers": ["banned_tokens"],
                          "extra": {"banned_tokens": 5}}, 400, None, "sampler stage 'banned_tokens' could not use"),
@@ -171,6 +195,30 @@ def test_a_body_that_is_not_utf8_is_named(base_url: str) -> None:
     response = httpx.post(f"{base_url}/v1/completions", content=b'{"prompt": "\xff\xfe"}',
                           headers={"content-type": "application/json"})
     assert_error(response, 400, says="the request body is not valid UTF-8")
+
+
+@pytest.mark.parametrize("route", ["/lora-adapters", "/slots/0?action=save", "/models/load"])
+def test_json_nested_too_deeply_for_the_parser_is_a_400(base_url: str, route: str) -> None:
+    response = httpx.post(f"{base_url}{route}", content="[" * 5000 + "]" * 5000,
+                          headers={"content-type": "application/json"})
+    assert_error(response, 400, says="not valid JSON")
+
+
+def test_a_lora_scale_past_a_32_bit_float_is_refused(base_url: str) -> None:
+    """(The tiny model has no adapter: the scale is checked before the id, as it would be with adapters.)"""
+    response = httpx.post(f"{base_url}/v1/completions", json={"prompt": "a", "max_tokens": 1, "lora": [
+        {"id": 0, "scale": 1e300}]})
+    assert response.status_code == 400, response.text
+
+
+def test_a_json_body_is_read_whatever_its_content_type(base_url: str, baseline: str) -> None:
+    """curl's ``-d`` says ``application/x-www-form-urlencoded``; llama-server reads the body as JSON anyway."""
+    body = json.dumps({"prompt": "The cat", "max_tokens": 32, "temperature": 0, "ignore_eos": True})
+    for content_type in ("application/x-www-form-urlencoded", "text/plain", None):
+        headers = {"content-type": content_type} if content_type else {}
+        response = httpx.post(f"{base_url}/v1/completions", content=body, headers=headers, timeout=60)
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"] == baseline
 
 
 def test_documented_edge_cases(base_url: str) -> None:

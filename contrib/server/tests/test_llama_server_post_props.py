@@ -30,6 +30,8 @@ def test_post_props_answers_as_llama_server(chat_model_path: Path, enabled: bool
             assert_error(httpx.post(f"{ours}/props", json={"n_ctx": 4}, timeout=10), 400, param="n_ctx")
             assert_error(httpx.post(f"{ours}/props", json=[1], timeout=10), 400)
             assert_error(httpx.post(f"{ours}/props", content=b"{", timeout=10), 400)
+            assert_error(httpx.post(f"{ours}/props", content="[" * 5000 + "]" * 5000, timeout=10), 400,
+                         says="not valid JSON")  # deeper than Python's parser goes
 
 
 def test_the_props_flag_turns_it_on() -> None:

@@ -14,6 +14,7 @@ import pytest
 from serving import fim_metadata, llama_server, running, tiny_settings
 
 from llama_cpp import Llama
+from llama_cpp.llama_grammar import gbnf_literal
 from llama_cpp.testing import TinyLlamaSpec, write_tiny_llama
 
 PROMPT = "Once upon a time"
@@ -278,6 +279,22 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
         assert field in json.dumps(reply.json()["error"]), (body, reply.text)
 
 
+def test_a_lazy_grammar_starts_at_its_trigger_word_as_llama_servers(both: tuple[str, str]) -> None:
+    """A word of the greedy text as the trigger: the text runs free up to it, then the grammar (which begins
+    with the word) takes over; the same text and settings as llama-server's."""
+    free = post(both[0], {"prompt": PROMPT, "n_predict": 24, "temperature": 0})["content"]
+    word = max(free.split(), key=len)  # several tokens: a word trigger, not a token one
+    body = {"prompt": PROMPT, "n_predict": 48, "temperature": 0, "grammar": f'root ::= {gbnf_literal(word)} " the end"',
+            "grammar_lazy": True, "grammar_triggers": [{"type": 1, "value": word}]}
+    ours, theirs = (post(base, body) for base in both)
+    same(ours, theirs, "content", "tokens_predicted")
+    assert ours["content"] == free[:free.index(word)] + word + " the end"
+    assert ours["generation_settings"]["grammar_triggers"] == theirs["generation_settings"]["grammar_triggers"]
+    for bad in ({"type": 2, "value": "a.*"}, {"type": 0, "value": "x"}):
+        reply = httpx.post(both[0] + "/completion", json={**body, "grammar_triggers": [bad]}, timeout=30)
+        assert reply.status_code == 400 and "grammar_triggers[0]" in reply.text, reply.text
+
+
 @pytest.fixture(scope="module")
 def fim_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """Ours and llama-server on a tiny model with fill-in-the-middle tokens (repository ones too)."""
@@ -296,6 +313,23 @@ def test_infill_equals_llama_servers(fim_servers: tuple[str, str], extra: list[d
     ours, theirs = (post(base, body, "/infill") for base in fim_servers)
     same(ours, theirs, "prompt", "tokens_evaluated", "content", "tokens")
     assert shape(ours) == shape(theirs)
+
+
+def test_an_infill_prompt_of_tokens_is_used(fim_servers: tuple[str, str]) -> None:
+    """/infill's ``prompt`` (placed after the prefix) may be token ids, as /completion's is (llama-server
+    reads a text only, and drops anything else without a word); ids are checked, and one prompt it is."""
+    ours = fim_servers[0]
+    tokens = httpx.post(ours + "/tokenize", json={"content": "zz"}).json()["tokens"]
+
+    def infill(prompt: Any) -> httpx.Response:
+        return httpx.post(ours + "/infill", json={"input_prefix": "a", "input_suffix": "b", "n_predict": 1,
+                                                  "temperature": 0, "prompt": prompt}, timeout=60)
+
+    evaluated = [infill(prompt).json()["tokens_evaluated"] for prompt in (tokens, "zz", "")]
+    assert evaluated[0] == evaluated[1] > evaluated[2]
+    assert "outside the vocabulary" in infill([-5]).json()["error"]["message"]
+    reply = infill([[1, 2]])
+    assert reply.status_code == 400 and "takes one prompt" in reply.json()["error"]["message"], reply.text
 
 
 def test_infill_needs_fim_tokens_and_well_formed_extra_files(both: tuple[str, str],

@@ -8,6 +8,7 @@ what is allowed.  (The sampling keywords are folded into
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Sequence, overload
 
@@ -38,6 +39,20 @@ def stop_list(stop: str | Sequence[str] | None) -> list[str]:
             raise ValueError(f"a stop string has {len(s)} characters; at most {MAX_STOP_CHARS} are allowed")
     return [s for s in stops if s]
 
+# the largest magnitude llama.cpp's 32-bit scale holds (a bigger one would be infinite there)
+_FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+
+
+def check_lora_scale(scale: Any, what: str) -> float:
+    """``scale`` as the float llama.cpp applies an adapter with; a ValueError naming ``what`` unless it is a
+    number that a 32-bit float holds (not NaN, not infinite there: 1e300 is finite only in Python)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) \
+            or abs(scale) > _FLOAT32_MAX:
+        raise ValueError(f"{what} must be a finite number within a 32-bit float's range (|scale| <= "
+                         f"{_FLOAT32_MAX:.4g}), got {scale!r}")
+    return float(scale)
+
+
 
 def check_tools(tools: Any, functions: Any) -> None:
     """ValueError naming the entry, unless ``tools`` (OpenAI's ``[{"type": "function", "function": {...}}]``)
@@ -50,6 +65,7 @@ def check_tools(tools: Any, functions: Any) -> None:
             raise ValueError(f"{field} must be a list, got {type(entries).__name__}")
         if len(entries) > MAX_TOOLS:
             raise ValueError(f"{field} has {len(entries)} entries; at most {MAX_TOOLS} are allowed")
+        named: dict[str, str] = {}
         for i, entry in enumerate(entries):
             where = f"{field}[{i}]"
             if field == "tools":
@@ -57,6 +73,26 @@ def check_tools(tools: Any, functions: Any) -> None:
                     raise ValueError(f"{where} must be {{'type': 'function', 'function': {{...}}}}, got {entry!r:.80}")
                 entry, where = entry.get("function"), f"{where}.function"
             _check_function(entry, where)
+            if entry["name"] in named:  # a call names its tool: two of one name could not be told apart
+                raise ValueError(f"{where}.name {entry['name']!r} is also {named[entry['name']]}'s: tool names must "
+                                 "be unique")
+            named[entry["name"]] = where
+
+
+def check_tool_choice(tools: Any, functions: Any, tool_choice: Any, function_call: Any, grammar: Any,
+                      response_format: Any) -> None:
+    """ValueError for a choice that forces a call with no tools to call (OpenAI's 400), or a forced call with
+    a grammar or a response format of the caller's own, which the call's grammar would replace (llama-server
+    refuses a grammar with tools)."""
+    forcing = "tool_choice" if tool_choice == "required" or isinstance(tool_choice, dict) else \
+        "function_call" if isinstance(function_call, dict) else None
+    if forcing is None:
+        return
+    if not tools and not functions:
+        raise ValueError(f"{forcing} forces a call, but no tools (or functions) were given to call")
+    if grammar is not None or (isinstance(response_format, dict) and response_format.get("type") not in (None, "text")):
+        raise ValueError("a forced tool call cannot take a grammar or response_format as well: the call's own "
+                         "grammar constrains the reply (leave them out, or use tool_choice 'auto')")
 
 
 def _check_function(fn: Any, where: str) -> None:

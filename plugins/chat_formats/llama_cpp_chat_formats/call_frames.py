@@ -133,13 +133,15 @@ class JsonFrame(CallFrame):
         super().__init__('{"name": "', '", "arguments": ', "}")
 
     def grammar(self, functions: list[dict[str, Any]], parallel: bool = False) -> LlamaGrammar:
-        def one(fn: dict[str, Any]) -> dict[str, Any]:
-            return {"type": "object", "properties": {"name": {"const": fn["name"]},
-                                                     "arguments": fn.get("parameters") or _NO_PARAMETERS},
+        def one(fn: dict[str, Any], at: str) -> dict[str, Any]:
+            """The call of ``fn``, placed at ``at`` (a JSON pointer) in the whole schema: the local refs of
+            its parameters (pydantic's ``#/$defs/...``) point into them there."""
+            arguments = _rebased(fn.get("parameters") or _NO_PARAMETERS, f"{at}/properties/arguments")
+            return {"type": "object", "properties": {"name": {"const": fn["name"]}, "arguments": arguments},
                     "required": ["name", "arguments"]}
 
-        return json_schema_grammar(one(functions[0]) if len(functions) == 1
-                                   else {"anyOf": [one(fn) for fn in functions]})
+        return json_schema_grammar(one(functions[0], "") if len(functions) == 1
+                                   else {"anyOf": [one(fn, f"/anyOf/{i}") for i, fn in enumerate(functions)]})
 
     def match_head(self, text: str, names: list[str], linked: bool = False) -> tuple[str, int] | None:
         head = _JSON_HEAD.match(text)  # (no link: never a call after one)
@@ -150,6 +152,19 @@ class JsonFrame(CallFrame):
 
 
 JSON_FRAME = JsonFrame()
+
+
+def _rebased(schema: Any, at: str) -> Any:
+    """``schema`` with its local refs (``#/...``, relative to its own root) pointing into it at ``at``."""
+    if isinstance(schema, list):
+        return [_rebased(item, at) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _rebased(value, at) for key, value in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = "#" + at + ref[1:]
+    return out
 
 
 @dataclass(frozen=True)

@@ -410,3 +410,17 @@ def test_parallel_tool_calls_false_keeps_the_first_call_of_an_auto_reply(qwen3: 
     streamed = streamed_calls(qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, stream=True,
                                                            logits_processor=[two], **auto))
     assert [name for name, _ in streamed] == ["get"]
+
+
+def test_the_json_frame_keeps_the_parameters_local_refs() -> None:
+    """pydantic's schemas keep nested models and enums in ``$defs`` and point at them with ``#/$defs/...``:
+    the frame puts the parameters inside its own object, and their refs follow them there."""
+    unit = {"type": "string", "enum": ["C", "F"]}
+    weather = {"name": "get_weather", "parameters": {"$defs": {"Unit": unit}, "type": "object",
+                                                     "properties": {"unit": {"$ref": "#/$defs/Unit"}},
+                                                     "required": ["unit"]}}
+    legacy = {"name": "get", "parameters": {"definitions": {"N": {"type": "integer"}}, "type": "object",
+                                            "properties": {"n": {"$ref": "#/definitions/N"}}, "required": ["n"]}}
+    for functions in ([weather], [weather, legacy]):
+        grammar = JSON_FRAME.grammar(functions).grammar
+        assert '"\\"C\\""' in grammar, grammar  # the enum the ref points at, in GBNF
