@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from llama_cpp.engine import RequestScope
 
-from .errors import APIError, error_body
+from .errors import APIError, error_body, value_message
 
 
 class Workers:
@@ -275,7 +275,7 @@ async def sse_events(first: Any, rest: AsyncGenerator[Any, None], shape: Callabl
     except APIError as exc:
         yield form.error(exc.status, exc.message, exc.param, exc.code)
     except ValueError as exc:
-        yield form.error(400, str(exc), None, None)
+        yield form.error(400, value_message(exc), None, None)
     except Exception as exc:  # noqa: BLE001 - the client gets a clean end, the log the details
         yield form.error(500, f"internal error ({type(exc).__name__})", None, None)
     finally:

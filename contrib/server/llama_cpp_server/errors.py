@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -51,6 +52,19 @@ def json_body(raw: bytes, empty: Any = None) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError):
         raise APIError(400, "the request body is not valid JSON (or nests too deeply)", code="invalid_json") from None
+
+
+def value_message(exc: ValueError) -> str:
+    """What a ValueError says to the client: its message, but a sentence for the two whose own is Python's: a
+    lone surrogate in the text (JSON's ``"\\ud800"`` escape pairs with nothing) and a body another route made
+    and pydantic refused (its first error, where it is)."""
+    if isinstance(exc, UnicodeEncodeError):
+        return ("the text holds a lone surrogate (a \\ud800-\\udfff escape that pairs with no other): JSON "
+                "text must be valid Unicode")
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{_location(tuple(first['loc']))}: {first['msg']}"
+    return str(exc)
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -190,7 +204,7 @@ def install(app: FastAPI, fields: Iterable[str] = (), keyed: Callable[[Request],
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        message = str(exc)
+        message = value_message(exc)
         if isinstance(exc, PromptTooLongError):
             return respond(request, 400, message, "prompt", body=prompt_too_long_body(exc))
         return respond(request, 400, message, _param_of(message, known))

@@ -162,7 +162,9 @@ def test_errors_in_anthropics_shape(both: tuple[str, str], client: anthropic.Ant
                "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0]"),
              ({"model": "tiny", "max_tokens": 5, "messages": ASK, "tool_choice": {"type": "tool"}},
               "tool_choice.name"),
-             ({"model": "tiny", "max_tokens": 5, "messages": []}, "messages")]
+             ({"model": "tiny", "max_tokens": 5, "messages": []}, "messages"),
+             # a turn with no blocks leaves the chat route no message: its refusal, named, not pydantic's dump
+             ({"model": "tiny", "max_tokens": 5, "messages": [{"role": "user", "content": []}]}, "messages: ")]
     for body, field in cases:
         reply = httpx.post(f"{base}/v1/messages", json=body, headers=headers, timeout=30)
         assert reply.status_code == 400, (body, reply.text)

@@ -109,6 +109,7 @@ HOSTILE: list[tuple[str, dict[str, Any], int, str | None, str]] = [
     ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 2, "tools": [TOOL, TOOL]}, 400, None,
      "tool names must be unique"),
     ("/detokenize", {"tokens": [True]}, 422, "tokens[0]", "valid integer"),
+
     # a plugin stage's parameter of the wrong type (the example plugin's, installed in the tests)
     ("/v1/completions", {"prompt": "a", "max_tokens": 2, "extra_samplers": ["banned_tokens"],
                          "extra": {"banned_tokens": 5}}, 400, None, "sampler stage 'banned_tokens' could not use"),
@@ -189,6 +190,16 @@ def test_a_hostile_grammar_is_refused_within_a_second(base_url: str, grammar: st
 def test_numbers_must_be_finite(base_url: str, body: str, param: str) -> None:
     response = httpx.post(f"{base_url}/v1/completions", content=body, headers={"content-type": "application/json"})
     assert_error(response, 422, param=param, says="finite number")
+
+
+@pytest.mark.parametrize("route, body", [("/v1/completions", {"prompt": "a\ud800b", "max_tokens": 1}),
+                                         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\udfff"}],
+                                                                   "max_tokens": 1}),
+                                         ("/tokenize", {"content": "\ud800"})])
+def test_a_lone_surrogate_is_named(base_url: str, route: str, body: dict[str, Any]) -> None:
+    """JSON's ``\\ud800`` escape is valid JSON and no character: the text cannot be encoded to tokenize it."""
+    response = httpx.post(f"{base_url}{route}", content=json.dumps(body), headers={"content-type": "application/json"})
+    assert_error(response, 400, says="lone surrogate")
 
 
 def test_a_body_that_is_not_utf8_is_named(base_url: str) -> None:
