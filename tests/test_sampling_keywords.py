@@ -25,7 +25,7 @@ OTHER_KEYWORDS = {
     "create_chat_completion": {"self", "messages", "functions", "function_call", "tools", "tool_choice", "stream",
                                "stop", "response_format", "max_tokens", "model", "logprobs", "top_logprobs",
                                "assistant_prefill", "add_generation_prompt", "chat_template_kwargs",
-                               "reasoning_format", "reasoning_effort",
+                               "reasoning_format", "reasoning_effort", "parallel_tool_calls",
                                "logits_processor", "stopping_criteria", "active_loras", "control_vector",
                                "priority", "tenant"},
     "generate": {"self", "tokens", "reset", "logits_processor", "stopping_criteria", "active_loras",
