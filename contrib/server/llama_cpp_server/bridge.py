@@ -136,12 +136,13 @@ async def open_stream(make: Callable[[], Iterator[Any]], *, timeout: float, scop
     deadline = time.monotonic() + timeout
 
     def work() -> None:
+        # a cancelled scope's requests finish "abort" at once, so the iterator ends by itself, and its last
+        # item (the chunk with that finish_reason) is sent too: stopping at the first item after the cancel
+        # dropped it whenever the cancel came between two items (a shutdown's streams then ended without it)
         try:
             with workers.active(scope):
                 for item in make():
                     loop.call_soon_threadsafe(queue.put_nowait, item)
-                    if scope.cancelled:
-                        break
         except BaseException as exc:  # noqa: BLE001 - handed to the loop, which answers with it
             loop.call_soon_threadsafe(queue.put_nowait, _End(exc))
             return
