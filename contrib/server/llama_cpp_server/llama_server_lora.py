@@ -50,16 +50,17 @@ class LoraTable:
         scales = [0.0] * len(self._paths)
         seen: set[int] = set()
         for entry in entries:
+            try:  # (before the id: a scale no adapter could take is refused whatever it names)
+                scale = check_lora_scale(entry.scale, f"{field}: the scale of adapter {entry.id}")
+            except ValueError as exc:
+                raise APIError(400, str(exc), param=field) from None
             if entry.id >= len(self._paths):
                 raise APIError(400, f"{field}: no adapter {entry.id}; this model has "
                                f"{len(self._paths) or 'no'} adapter(s) (GET /lora-adapters lists them)", param=field)
             if entry.id in seen:
                 raise APIError(400, f"{field}: adapter {entry.id} is listed twice", param=field)
             seen.add(entry.id)
-            try:
-                scales[entry.id] = check_lora_scale(entry.scale, f"{field}: the scale of adapter {entry.id}")
-            except ValueError as exc:
-                raise APIError(400, str(exc), param=field) from None
+            scales[entry.id] = scale
         return scales
 
     def set_scales(self, body: bytes) -> dict[str, Any]:
