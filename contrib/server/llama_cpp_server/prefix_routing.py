@@ -10,8 +10,9 @@ once, with the chat template the replica renders) ranks the replicas by this pol
    rules below place it, and that replica answers that it has no such response.
 1. **Stickiness.** A conversation (the caller's key for it) goes back to the replica that served its last turn,
    which holds that turn's whole prompt and reply even before its statistics say so (they are polled), while that
-   replica is alive, however loaded: moving it would cost its whole history, and the load bound already spread
-   the conversations when they started.
+   replica is alive, however loaded, and to no other while it is full or slow to say how full it is (the request
+   waits, as for a home): moving it would cost its whole history, and the load bound already spread the
+   conversations when they started.
 2. **Prefix.** Otherwise the replica holding the most leading blocks of the prompt, if it holds any: the least
    loaded of those that hold the most.  What a replica holds is what its statistics say, and the blocks of the
    prompts sent to it in the last ``sent_seconds`` (the statistics are polled: the second user of a system
@@ -122,16 +123,13 @@ class PrefixRouting:
             home = next((r for r in replicas if home_tag(r.replica_id) == prompt.home), None) if prompt.home else None
             if home is not None:  # the only one that can answer: the request waits for it when it is full
                 return [[home.replica_id]]
-            chosen = None
-            if prompt.conversation:
-                sticky = self._sticky.get(prompt.conversation)
-                chosen = next((r for r in replicas if r.replica_id == sticky), None)
-            if chosen is None:
-                depth = {r.replica_id: r.prefix_blocks(prompt, self._recent(r.replica_id)) for r in within}
-                best = max(depth.values())
-                if best > 0:
-                    chosen = min((r for r in within if depth[r.replica_id] == best), key=lambda r: r.load)
-            if chosen is not None:
+            sticky = self._sticky.get(prompt.conversation) if prompt.conversation else None
+            if sticky is not None and any(r.replica_id == sticky for r in replicas):  # waits for it too: moving costs the history
+                return [[sticky]]
+            depth = {r.replica_id: r.prefix_blocks(prompt, self._recent(r.replica_id)) for r in within}
+            best = max(depth.values())
+            if best > 0:
+                chosen = min((r for r in within if depth[r.replica_id] == best), key=lambda r: r.load)
                 rest = [r for r in replicas if r.replica_id != chosen.replica_id]
                 return [[chosen.replica_id], *self._two_choices(rest)]
         return self._two_choices(within)

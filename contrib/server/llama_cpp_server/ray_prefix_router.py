@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 from typing import Any, List, Optional
 
-from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from .prefix_routing import (LOAD_BOUND, MAX_CONVERSATIONS, SENT_SECONDS, PrefixRouting, ReplicaView, RoutedPrompt,
                              held_hashes)
@@ -37,9 +37,12 @@ def routed_prompt(request: Optional[PendingRequest]) -> RoutedPrompt | None:
     return RoutedPrompt(route["model"], tuple(hashes), conversation, home)
 
 
-class PrefixRequestRouter(FIFOMixin, RequestRouter):
+class PrefixRequestRouter(RequestRouter):
     """Serve's request router for ``llama_cpp_server`` replicas; its ``request_router_kwargs`` are
-    ``load_bound``, ``max_conversations`` and ``sent_seconds`` (:class:`.prefix_routing.PrefixRouting`)."""
+    ``load_bound``, ``max_conversations`` and ``sent_seconds`` (:class:`.prefix_routing.PrefixRouting`).
+
+    Not FIFO (Serve's ``FIFOMixin``): a replica chosen for one request's prefix and conversation goes to that
+    request, where FIFO would hand it to the oldest one waiting, whose conversation then moves to it."""
 
     def initialize_state(self, load_bound: int = LOAD_BOUND, max_conversations: int = MAX_CONVERSATIONS,
                          sent_seconds: float = SENT_SECONDS, **kwargs: Any) -> None:

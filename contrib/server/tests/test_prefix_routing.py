@@ -65,7 +65,10 @@ def test_a_conversation_sticks_to_its_replica_until_it_dies() -> None:
     rank = policy.rank([view("a", 0), view("b", 0)], first)[0]
     policy.routed(first, rank[0])
     for _ in range(20):
-        assert policy.rank([view("a", 0), view("b", 0)], prompt([7] * 12, "user-1"))[0] == [rank[0]]
+        assert policy.rank([view("a", 0), view("b", 0)], prompt([7] * 12, "user-1")) == [rank]
+    # however loaded, and with no second choice: Serve waits for it while it is full or slow to answer a probe
+    loaded = [view(r, 9 if [r] == rank else 0) for r in ("a", "b")]
+    assert policy.rank(loaded, prompt([7] * 12, "user-1")) == [rank]
     policy.forget(rank[0])
     other = "b" if rank[0] == "a" else "a"
     assert policy.rank([view(other, 0)], prompt([7] * 12, "user-1")) == [[other]]
@@ -109,12 +112,36 @@ def test_the_serve_router_ranks_by_the_replicas_statistics_and_its_own_load_coun
         router.on_send_request(b.replica_id)
     ranks = asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "v"})))
     assert ranks == [[a]]  # only a is within the bound
-    assert asyncio.run(router.choose_replicas([a, b], pending(route)))[0] == [b]  # "u" sticks, however loaded
+    assert asyncio.run(router.choose_replicas([a, b], pending(route))) == [[b]]  # "u" sticks, however loaded
     router.on_request_completed(b.replica_id, "r1")
     router.on_request_completed(b.replica_id, "r2")
     for _ in range(2):  # now a is the busy one (it holds the prefix too: "v" was sent there)
         router.on_send_request(a.replica_id)
     assert asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "w"})))[0] == [b]
+
+
+def test_the_replica_chosen_for_a_request_goes_to_that_request_not_the_oldest_waiting() -> None:
+    """Serve's FIFO matching gave a replica chosen for one chat's route to whichever request had waited longest,
+    moving that one's chat (CI saw a chat answered by two replicas); the router matches by request id."""
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, RequestMetadata
+    from ray.serve.request_router import PendingRequest
+
+    async def fulfilled() -> tuple[bool, Any]:
+        router = PrefixRequestRouter(DeploymentID(name="server", app_name="app"), DeploymentHandleSource.UNKNOWN)
+        router.initialize_state()
+        older, newer = (PendingRequest(args=[], kwargs={}, metadata=RequestMetadata(request_id=key,
+                                                                                    internal_request_id=key))
+                        for key in ("older", "newer"))
+        for request in (older, newer):
+            router._pending_requests_to_fulfill.append(request)
+            router._add_pending_request_to_indices(request)
+        chosen = replica("b")
+        router._fulfill_next_pending_request(chosen, newer.metadata)  # what Serve does with choose_replicas' pick
+        return older.future.done(), newer.future.result() if newer.future.done() else None
+
+    older_done, newer_got = asyncio.run(fulfilled())
+    assert not older_done
+    assert newer_got is not None and newer_got.replica_id.unique_id == "b"
 
 
 @pytest.mark.parametrize("route", [None, "x", {"model": 1}, {"model": "tiny", "hashes": [1]},
