@@ -22,6 +22,7 @@ from llama_cpp.sampling import SAMPLING_FIELDS
 from .continuation import ContinueMode, continue_message, template_thinking_markers
 from .call_frames import CallFrame
 from .forced_calls import ForcedReply, chosen_tools, frame_for, read_forced_reply
+from .lazy_calls import lazy_calls
 from .streaming import stream_auto_reply, stream_forced_reply
 from .tool_calls import SYNTAX_TOKENS, legacy_functions_as_tools, parse_tool_calls
 
@@ -169,6 +170,11 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
         parallel = several_calls(tool_choice, request.get("parallel_tool_calls"), frame)
         request["grammar"] = after_thinking(frame.grammar(chosen, parallel))
         forced = ForcedReply(frame, chosen, thinking, parallel)
+    elif tools and tool_choice in (None, "auto") and not _constrained(request):  # constrained once a call begins
+        lazy = lazy_calls(formatter, dict(request.get("chat_template_kwargs") or {}),
+                          chosen_tools(tools, "required") or [], request.get("parallel_tool_calls"), rendered.prompt)
+        if lazy is not None:
+            request.update(grammar=lazy.grammar, grammar_lazy=True, grammar_triggers=[lazy.trigger])
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:
@@ -188,6 +194,13 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
             return stream_forced_reply(result, forced)
         return stream_auto_reply(result, lambda text: _calls_read(text, tools, request))
     return _with_tool_calls(completion_to_chat_completion(result), tools, forced, request)
+
+
+def _constrained(request: dict[str, Any]) -> bool:
+    """Whether the request constrains its reply itself (a grammar, lazy or not, or a response format)."""
+    response_format = request.get("response_format")
+    return any(request.get(key) for key in ("grammar", "grammar_lazy", "grammar_triggers")) or \
+        bool(response_format) and not (isinstance(response_format, dict) and response_format.get("type") == "text")
 
 
 def several_calls(tool_choice: Any, parallel_tool_calls: bool | None, frame: CallFrame) -> bool:
