@@ -285,6 +285,11 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
         lease = await embedder(body.model, 400)
         llm = lease.llama
+        if llm.pooling_type() == llama_cpp.LLAMA_POOLING_TYPE_NONE:  # as llama-server refuses it
+            lease.release()
+            raise errors.APIError(400, f"model {lease.served.name!r} has pooling type 'none' (a vector per token), "
+                                  "which OpenAI's embeddings do not have: load it with --pooling mean, cls or last, "
+                                  "or ask /embedding for the vectors per token", param="model")
         if body.dimensions is not None and body.dimensions != llm.n_embd():
             lease.release()
             raise errors.APIError(400, f"dimensions={body.dimensions}: this model's embeddings have "

@@ -34,7 +34,9 @@ def _pooling(value: str) -> list[str]:
 
 
 def _parallel(value: str) -> list[str]:
-    return ["--n_seq_max", "4" if value == "-1" else value]  # llama-server's "auto" is 4 sequences
+    """llama-server's "auto" (-1, its default) is 4 sequences in one KV buffer (each may use the whole
+    context); a number of sequences given shares the context out."""
+    return ["--n_seq_max", "4", "--kv_unified", "true"] if value == "-1" else ["--n_seq_max", value]
 
 
 def _alias(value: str) -> list[str]:

@@ -234,6 +234,9 @@ class ModelSettings(BaseModel):
         """Settings with two names (the reference's and ours) become one; the reference's translations are
         made here, so that a conflict is an error when the server starts.  Running it again on its own
         result changes nothing (``Settings.model_list`` validates the values once more)."""
+        if self.kv_unified is None and "n_seq_max" not in self.model_fields_set:
+            # llama-server's automatic --parallel: 4 sequences in one KV buffer, each may use the whole context
+            self.kv_unified = True
         if self.mmproj_path is None:
             self.mmproj_path = self.clip_model_path
         elif self.clip_model_path not in (None, self.mmproj_path):

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from llama_cpp_server import load_settings
 from llama_cpp_server.llama_server_flags import translate
-from serving import free_port, running, serving_process, tiny_settings
+from serving import free_port, llama_server, running, serving_process, tiny_settings
 
 
 def test_each_llama_server_flag_reaches_its_setting(tmp_path: Path) -> None:
@@ -69,6 +69,22 @@ def test_a_llama_server_command_line_starts_this_server(chat_model_path: Path) -
         assert props["default_generation_settings"]["params"]["n_predict"] == 3
         reply = httpx.post(f"{base}/completion", json={"prompt": "Hi"}, timeout=30).json()
         assert reply["tokens_predicted"] == 3 and reply["stop_type"] == "limit"  # -n: the server's default
+
+
+@pytest.mark.parametrize(("flags", "per_sequence"), [([], 1024), (["-np", "4"], 256)])
+def test_sequences_left_to_the_default_each_may_use_the_whole_context(chat_model_path: Path, flags: list[str],
+                                                                      per_sequence: int) -> None:
+    """llama-server's automatic --parallel (its default) puts 4 sequences in one KV buffer, each allowed the
+    whole context; a number of sequences given shares the context out.  Once, left unset here, a request of
+    1081 tokens to ``-c 4096`` was refused (1024 per sequence) where llama-server answered it."""
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "-m", str(chat_model_path), "-c", "1024", "-t", "1",
+               "--port", str(port), *flags]
+    with serving_process(command, port, "the server") as ours, llama_server(chat_model_path, "-c", "1024",
+                                                                            *flags) as theirs:
+        mine, its = (httpx.get(f"{base}/props", timeout=10).json() for base in (ours, theirs))
+    assert mine["total_slots"] == its["total_slots"] == 4
+    assert mine["default_generation_settings"]["n_ctx"] == its["default_generation_settings"]["n_ctx"] == per_sequence
 
 
 def test_server_defaults_apply_only_where_a_request_sets_nothing(chat_model_path: Path) -> None:

@@ -103,6 +103,22 @@ def test_native_embeddings_normalise_as_asked_and_refuse_empty_inputs(embedders:
         assert reply.status_code == 400 and "input" in reply.text, (bad, reply.text)
 
 
+def test_a_vector_per_token_is_native_only(minilm_model_path: Path) -> None:
+    """With pooling 'none' /embedding answers a vector per token; OpenAI's route has no such shape and refuses,
+    as llama-server does (it once answered 200 with the vectors nested, or with base64 concatenated)."""
+    settings = Settings(model=str(minilm_model_path), model_alias="minilm", embeddings=True, n_ctx=512,
+                        pooling_type=0, n_threads=1, n_threads_batch=1)
+    with running(settings) as ours, llama_server(minilm_model_path, "--embeddings", "-c", "512", "--pooling",
+                                                 "none") as theirs:
+        replies = [httpx.post(base + "/v1/embeddings", json={"input": ["the cat sat"], "model": "minilm"},
+                              timeout=60) for base in (ours, theirs)]
+        native = [httpx.post(base + "/embedding", json={"input": "the cat sat"}, timeout=60).json()
+                  for base in (ours, theirs)]
+    assert [r.status_code for r in replies] == [400, 400]
+    assert "pooling" in replies[0].json()["error"]["message"] and "pooling" in replies[1].json()["error"]["message"]
+    assert len(native[0][0]["embedding"]) == len(native[1][0]["embedding"]) > 1  # one per token
+
+
 def test_native_embeddings_need_an_embedding_model(both: tuple[str, str]) -> None:
     reply = httpx.post(both[0] + "/embedding", json={"input": "x"}, timeout=30)
     assert reply.status_code == 501 and "embeddings" in reply.json()["error"]["message"]
