@@ -66,9 +66,18 @@ class ReasoningSplitter:
         self._pending = ""
         self._state = "reasoning-start" if markers.opened else "undecided"
         self._opened_with = markers.opened_with if markers.opened else ""
+        self._fed = 0
+        #: where the answer begins in the text fed (after the thinking block and its markers), once known
+        self.answer_at: int | None = None
+
+    @property
+    def thinking(self) -> bool:
+        """Whether the reply is in its thinking block now (begun, not ended)."""
+        return self._state in ("start-space", "reasoning-start", "reasoning", "end-space")
 
     def feed(self, text: str) -> list[Piece]:
         self._pending += text
+        self._fed += len(text)
         return self._advance(final=False)
 
     def finish(self) -> list[Piece]:
@@ -89,11 +98,11 @@ class ReasoningSplitter:
                     continue
                 if m.leading_content_start and rest.startswith(m.leading_content_start):  # no thinking
                     self._pending = rest[len(m.leading_content_start):]
-                    self._state = "content"
+                    self._answer()
                     continue
                 if not final and (not rest or m.start.startswith(rest) or m.leading_content_start.startswith(rest)):
                     return out  # still whitespace, or the beginning of a marker
-                self._state = "content"
+                self._answer()
                 continue
             if state == "start-space":
                 n = _common_prefix(text, m.start_space)
@@ -126,7 +135,7 @@ class ReasoningSplitter:
                 if n == len(text) and n < len(m.end_space) and not final:
                     return out
                 self._pending = text[n:]
-                self._state = "content-start" if m.content_start else "content"
+                self._answer("content-start" if m.content_start else "content")
                 continue
             if state == "content-start":
                 if text.startswith(m.content_start):
@@ -156,6 +165,11 @@ class ReasoningSplitter:
                 out.append(("content", text))
                 self._pending = ""
             return out
+
+    def _answer(self, state: str = "content") -> None:
+        """The answer begins with what is pending."""
+        self._state = state
+        self.answer_at = self._fed - len(self._pending)
 
 
 def split_reasoning(text: str, markers: Markers) -> tuple[str, str]:

@@ -17,6 +17,7 @@ from llama_cpp.llama_grammar import LlamaGrammar, json_schema_grammar
 from llama_cpp.engine.normalize import stop_list, text_prompt_tokens
 from llama_cpp.preserved_tokens import control_tokens_of, current_preserved, preserving
 from llama_cpp.reasoning_grammar import after_thinking, current_thinking
+from llama_cpp.reasoning_split import Markers, ReasoningSplitter
 from llama_cpp.sampling import SAMPLING_FIELDS
 
 from .continuation import ContinueMode, continue_message, template_thinking_markers
@@ -175,6 +176,8 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
                           chosen_tools(tools, "required") or [], request.get("parallel_tool_calls"), rendered.prompt)
         if lazy is not None:
             request.update(grammar=lazy.grammar, grammar_lazy=True, grammar_triggers=[lazy.trigger])
+            for key, value in lazy.thinking.items():  # (a request's own markers, as for a budget, stay)
+                request.setdefault(key, value)
     if to_prompt is None:
         prompt_tokens = tokenize_prompt(llama, rendered.prompt, rendered.added_special)
     else:
@@ -192,7 +195,7 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     if stream:
         if forced is not None:
             return stream_forced_reply(result, forced)
-        return stream_auto_reply(result, lambda text: _calls_read(text, tools, request))
+        return stream_auto_reply(result, lambda text: _calls_read(text, tools, request), thinking=current_thinking())
     return _with_tool_calls(completion_to_chat_completion(result), tools, forced, request)
 
 
@@ -212,10 +215,20 @@ def several_calls(tool_choice: Any, parallel_tool_calls: bool | None, frame: Cal
     return parallel_tool_calls is not False
 
 
-def _calls_read(text: str, tools: list[dict[str, Any]], request: dict[str, Any]) -> tuple[str | None, list[Any]]:
+def _calls_read(text: str, tools: list[dict[str, Any]], request: dict[str, Any],
+                thinking: Markers | None = None) -> tuple[str | None, list[Any]]:
     """The reply's text and calls (the first alone with ``parallel_tool_calls`` false: what a reply
-    constrained to one call, as llama-server constrains it, would have held)."""
-    content, calls = parse_tool_calls(text, tools)
+    constrained to one call, as llama-server constrains it, would have held).  With ``thinking``, calls are
+    read in the answer after the thinking block only (a marker the model thought about is thought), which
+    stays at the front of the text for the reasoning split."""
+    at = 0
+    if thinking is not None:
+        split = ReasoningSplitter(thinking)
+        split.feed(text)
+        split.finish()
+        at = len(text) if split.answer_at is None else split.answer_at
+    content, calls = parse_tool_calls(text[at:], tools)
+    content = text[:at] + (content or "") or None
     return content, calls[:1] if request.get("parallel_tool_calls") is False else calls
 
 
@@ -231,7 +244,7 @@ def _with_tool_calls(chat: dict[str, Any], tools: list[dict[str, Any]], forced: 
             return chat
         content: str | None = None
     else:
-        content, calls = _calls_read(text, tools, request)
+        content, calls = _calls_read(text, tools, request, current_thinking())
     if not calls:
         choice["message"]["content"] = content  # without routing markers such as functionary's ">>>all"
     else:

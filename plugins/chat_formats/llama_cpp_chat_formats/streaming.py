@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from llama_cpp.llama_chat_format import chat_logprobs
+from llama_cpp.reasoning_split import Markers, ReasoningSplitter
 
 from .forced_calls import ForcedReply
 from .tool_calls import CALL_MARKERS
@@ -151,18 +152,33 @@ def _text_end(text: str, start: int, markers: tuple[str, ...]) -> tuple[int, boo
 
 
 def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],
-                      syntax: CallSyntax = CallSyntax()) -> Iterator[Chunk]:
-    """Text deltas while the reply is text; what may be tool calls is held back and parsed at the end."""
+                      syntax: CallSyntax = CallSyntax(), thinking: Markers | None = None) -> Iterator[Chunk]:
+    """Text deltas while the reply is text; what may be tool calls is held back and parsed at the end.  With
+    ``thinking``, the reply's thinking block streams whole (split downstream), markers in it included: calls
+    are looked for in the answer after it."""
     writer = _ChunkWriter()
     text, sent, holding = "", 0, False
     body: int | None = 0 if not syntax.opening else None  # where the text answer starts, once known
     json_undecided = syntax.bare_json
+    thought = ReasoningSplitter(thinking) if thinking is not None else None
     for chunk in chunks:
         choice = writer.see(chunk)
         yield from writer.role_once()
         text += choice["text"]
         if holding:
             continue
+        if thought is not None and thought.answer_at is None:
+            thought.feed(choice["text"])
+            if thought.thinking and len(text) > sent:
+                yield writer.delta({"content": text[sent:]}, chat_logprobs(choice.get("logprobs")))
+                sent = len(text)
+            if thought.answer_at is None:  # still thinking, or not yet known whether it will
+                continue
+            if thought.answer_at > sent:  # the end of the thinking's markers
+                yield writer.delta({"content": text[sent:thought.answer_at]})
+                sent = thought.answer_at
+            if not syntax.opening:
+                body = thought.answer_at
         if body is None:
             if text.startswith(syntax.opening):
                 body = sent = len(syntax.opening)

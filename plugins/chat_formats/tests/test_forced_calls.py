@@ -395,21 +395,20 @@ def test_parallel_tool_calls_false_keeps_a_required_reply_to_one_call(qwen3: Lla
     assert [c["function"]["name"] for c in out["choices"][0]["message"]["tool_calls"]] == ["get"]
 
 
-def test_parallel_tool_calls_false_keeps_the_first_call_of_an_auto_reply(qwen3: Llama) -> None:
-    """An "auto" reply is read back, not constrained: with parallel_tool_calls false only its first call is
-    returned (what llama-server's grammar, which ends the reply after one call, would have let through)."""
+def test_parallel_tool_calls_false_ends_an_auto_reply_after_its_first_call(qwen3: Llama) -> None:
+    """An "auto" reply's call is constrained once it begins (:mod:`.lazy_calls`): two linked calls are read
+    back; with parallel_tool_calls false the grammar ends the reply after the first, as llama-server's does,
+    so a logits processor that forces a second leaves no token."""
     two = Prefix(qwen3, LINKED_START + ', "arguments": {"city": "Nice"}}\n</tool_call>', then_end=True)
     auto = dict(tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=160, reasoning_format="none")
     both = qwen3.create_chat_completion(ASKED, logits_processor=[two], **auto)["choices"][0]["message"]
     assert [c["function"]["name"] for c in both["tool_calls"]] == ["get", "get_weather"]
-    two.start = None
-    first = qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, logits_processor=[two],
-                                         **auto)["choices"][0]["message"]
-    assert [c["function"] for c in first["tool_calls"]] == [both["tool_calls"][0]["function"]]
-    two.start = None
-    streamed = streamed_calls(qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, stream=True,
-                                                           logits_processor=[two], **auto))
-    assert [name for name, _ in streamed] == ["get"]
+    streamed = streamed_calls(qwen3.create_chat_completion(ASKED, stream=True, logits_processor=[Prefix(
+        qwen3, LINKED_START + ', "arguments": {"city": "Nice"}}\n</tool_call>', then_end=True)], **auto))
+    assert [name for name, _ in streamed] == ["get", "get_weather"]
+    with pytest.raises(ValueError, match="left no token"):
+        qwen3.create_chat_completion(ASKED, parallel_tool_calls=False, logits_processor=[Prefix(
+            qwen3, LINKED_START + ', "arguments": {"city": "Nice"}}\n</tool_call>', then_end=True)], **auto)
 
 
 def test_the_json_frame_keeps_the_parameters_local_refs() -> None:

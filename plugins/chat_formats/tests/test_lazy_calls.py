@@ -36,10 +36,23 @@ def test_the_grammar_starts_at_the_frames_marker_and_links_calls_unless_told_not
     assert lazy_for("Qwen3-Coder").trigger == "<tool_call>"
 
 
-def test_no_grammar_where_the_reply_may_think_or_the_template_has_no_marked_frame() -> None:
-    assert lazy_for("Qwen-Qwen3-0.6B") is None  # a <tool_call> in the thinking would end the reply there
-    assert lazy_for("Qwen-Qwen3-0.6B", enable_thinking=False).trigger == "<tool_call>"  # the prompt closed it
+def test_a_reply_that_may_think_gets_the_grammar_after_its_thinking() -> None:
+    lazy = lazy_for("Qwen-Qwen3-0.6B")
+    assert lazy.trigger == "<tool_call>"
+    assert lazy.thinking == {"reasoning_start": "<think>", "reasoning_end": "</think>",
+                             "reasoning_start_in_prompt": False}
+    assert lazy_for("llama-cpp-deepseek-r1").thinking["reasoning_start_in_prompt"]  # its prompt opens the block
+    assert lazy_for("Qwen-Qwen2.5-7B-Instruct").thinking == {}  # no thinking in the template
+
+
+def test_no_grammar_where_the_template_has_no_marked_frame() -> None:
     assert lazy_for("meta-llama-Llama-3.1-8B-Instruct") is None  # a bare {"name": ...} call: no marker
+    assert lazy_for("google-gemma-2-2b-it") is None  # no call syntax at all
+
+
+def test_no_grammar_of_one_call_where_the_reply_may_make_several_the_frame_cannot_link() -> None:
+    assert lazy_for("Kimi-K2-Instruct") is None  # it numbers its calls (functions.NAME:0, :1...)
+    assert lazy_for("Kimi-K2-Instruct", parallel_tool_calls=False).trigger == "<|tool_calls_section_begin|>"
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +110,26 @@ def test_a_tagged_call_opened_in_an_auto_reply_follows_the_schema(tiny_model_fac
     calls = out["choices"][0]["message"]["tool_calls"]
     assert calls and all(c["function"]["name"] in {"get", "get_weather"} for c in calls)
     assert len(calls) == text.count("<function=")
+
+
+def test_a_marker_written_while_thinking_is_thought_and_a_call_after_it_is_constrained(
+        tiny_model_factory: Callable[..., Path]) -> None:
+    path = tiny_model_factory(chat_template=(TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8"))
+    thought = "<think>\nI could write <tool_call> now.\n</think>\n\n"
+    with Llama(str(path), n_ctx=1024, verbose=False) as llm:
+        out = llm.create_chat_completion(ASKED, logits_processor=[Prefix(llm, thought + "<tool_call>")],
+                                         logprobs=True, reasoning_format="auto", parallel_tool_calls=False, **AUTO)
+        chunks = list(llm.create_chat_completion(ASKED, logits_processor=[Prefix(llm, thought + "<tool_call>")],
+                                                 stream=True, reasoning_format="auto", parallel_tool_calls=False,
+                                                 **AUTO))
+    text = raw_text(out)  # (had the first marker started the grammar, the forced thought could not go on)
+    assert text.startswith(thought + '<tool_call>\n{"name": "get') and text.endswith("}\n</tool_call>")
+    message = out["choices"][0]["message"]
+    assert message["reasoning_content"].strip() == "I could write <tool_call> now."
+    assert [c["function"]["name"] for c in message["tool_calls"]] in (["get"], ["get_weather"])
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == message["reasoning_content"]
+    assert not "".join(d.get("content") or "" for d in deltas).strip()
+    assert [c["function"] for d in deltas for c in d.get("tool_calls") or ()] == [
+        c["function"] for c in message["tool_calls"]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -270,6 +270,22 @@ def test_split(text: str, expected: tuple[str, str]) -> None:
     assert split_reasoning(text, MARKERS) == expected
 
 
+@pytest.mark.parametrize("size", [1, 3, 100])
+def test_where_the_answer_begins_in_the_text_fed(size: int) -> None:
+    """(How a reply's tool calls are looked for after its thinking only: a marker in the thought is thought.)"""
+    reply = "<think>\nI may write <tool_call>\n</think>\n\n<tool_call>x"
+    splitter = ReasoningSplitter(MARKERS)
+    for at in range(0, len(reply), size):
+        splitter.feed(reply[at:at + size])
+    assert reply[splitter.answer_at:] == "<tool_call>x" and not splitter.thinking
+    plain = ReasoningSplitter(MARKERS)
+    plain.feed("  <tool_call>x")
+    assert plain.answer_at == 0 and not plain.thinking
+    opened = ReasoningSplitter(attrs.evolve(MARKERS, opened=True))
+    opened.feed("abc")
+    assert opened.answer_at is None and opened.thinking
+
+
 def test_an_opened_block_and_pieces_that_cut_the_markers() -> None:
     markers = Markers(start="<think>", end="</think>", opened=True, opened_with="\n")
     splitter = ReasoningSplitter(markers)

@@ -14,6 +14,7 @@ from llama_cpp import hookimpl
 from llama_cpp.plugins import SamplerStage
 from llama_cpp.sampling import effective_logit_bias
 
+from .lazy_grammar import outside_reasoning
 from .reasoning import reasoning_budget_stage
 
 
@@ -25,7 +26,9 @@ def _grammar(ctx: Any) -> list[Any]:
 
     A lazy grammar stays inactive until a trigger word appears in the output
     or a trigger token is sampled; llama.cpp then constrains the text from the
-    trigger on.
+    trigger on.  It looks for the trigger outside the reasoning block
+    (``reasoning_start`` ... ``reasoning_end``), as llama-server's does
+    (:mod:`.lazy_grammar`).
     """
     p = ctx.params
     if p.grammar is None:
@@ -47,7 +50,7 @@ def _grammar(ctx: Any) -> list[Any]:
             ctx.vocab, text, root, patterns, len(words), token_ids, len(tokens))
     if smpl == ctx.ffi.NULL:
         raise ValueError("llama.cpp rejected the grammar for this model's vocabulary")
-    return [smpl]
+    return [outside_reasoning(ctx, smpl)] if p.grammar_lazy else [smpl]
 
 
 def _infill(ctx: Any) -> list[Any]:

@@ -24,7 +24,7 @@ keep the single survivor.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -109,17 +109,26 @@ class ReasoningBudget:
             self.text = self.text[-len(self.end):]
 
 
+def token_text(ctx: Any) -> Callable[[int], str]:
+    """The text of a token of ``ctx``'s vocabulary, control tokens included (how a stage follows markers)."""
+    lib, ffi = ctx.lib, ctx.ffi
+    buf = ffi.new("char[]", 256)
+    ctx.keep.append(buf)
+
+    def piece(token: int) -> str:
+        n = lib.llama_token_to_piece(ctx.vocab, token, buf, 256, 0, True)
+        return ffi.buffer(buf, max(n, 0))[:].decode("utf-8", "replace")
+
+    return piece
+
+
 def reasoning_budget_stage(ctx: Any) -> list[Any]:
     """Build the native sampler when ``reasoning_budget >= 0``."""
     params = ctx.params
     if params.reasoning_budget < 0:
         return []
     lib, ffi = ctx.lib, ctx.ffi
-    buf = ffi.new("char[]", 256)
-
-    def piece(token: int) -> str:
-        n = lib.llama_token_to_piece(ctx.vocab, token, buf, 256, 0, True)
-        return ffi.buffer(buf, max(n, 0))[:].decode("utf-8", "replace")
+    piece = token_text(ctx)
 
     def tokenize(text: str) -> list[int]:
         data = text.encode("utf-8")
@@ -150,5 +159,5 @@ def reasoning_budget_stage(ctx: Any) -> list[Any]:
     iface.name = ctx.callback("const char *(*)(const struct llama_sampler *)", lambda _smpl: name)
     iface.accept = ctx.callback("void(struct llama_sampler *, llama_token)", accept)
     iface.apply = ctx.callback("void(struct llama_sampler *, llama_token_data_array *)", apply)
-    ctx.keep.extend((iface, name, buf, machine))
+    ctx.keep.extend((iface, name, machine))
     return [lib.llama_sampler_init(iface, ffi.NULL)]
