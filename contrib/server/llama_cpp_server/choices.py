@@ -41,7 +41,7 @@ def _start_all(targets: list[Callable[[], None]]) -> list[threading.Thread]:
 def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
     """One chat.completion with a choice per call in ``calls`` (``create_chat_completion``'s keywords)."""
     if len(calls) == 1:
-        return llm.create_chat_completion(**calls[0])
+        return _without_legacy_call(llm.create_chat_completion(**calls[0]), calls[0])
     results: list[Any] = [None] * len(calls)
 
     def run(j: int) -> None:
@@ -56,11 +56,22 @@ def chat_choices(llm: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(result, BaseException):
             raise result
     merged = dict(results[0])  # one response: the first call's id
-    merged["choices"] = [{**r["choices"][0], "index": j} for j, r in enumerate(results)]
+    merged["choices"] = [{**_without_legacy_call(r, calls[j])["choices"][0], "index": j} for j, r in enumerate(results)]
     completion = sum(r["usage"]["completion_tokens"] for r in results)
     prompt = results[0]["usage"]["prompt_tokens"]
     merged["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     return merged
+
+
+def _without_legacy_call(chat: dict[str, Any], call: dict[str, Any]) -> dict[str, Any]:
+    """``chat`` as OpenAI's API and llama-server answer a request with ``tools``: its calls in ``tool_calls``
+    only (``Llama`` adds the legacy ``function_call`` beside a single call, as the seed did; a client that
+    sends the message back with both is refused by OpenAI's API).  A request with the legacy ``functions``
+    keeps it."""
+    if call.get("tools") and not call.get("functions"):
+        for choice in chat.get("choices", ()):
+            choice.get("message", {}).pop("function_call", None)
+    return chat
 
 
 def chat_choice_streams(llm: Any, calls: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

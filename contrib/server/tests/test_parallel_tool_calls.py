@@ -52,9 +52,21 @@ def test_a_required_reply_makes_several_calls_unless_parallel_tool_calls_is_fals
     (one,) = required(client, eos, parallel_tool_calls=False).choices
     assert one.finish_reason == "tool_calls"
     assert [c.function for c in one.message.tool_calls] == [several.message.tool_calls[0].function]
+    # the calls in tool_calls only, as OpenAI's API and llama-server answer (Llama's dict adds the seed's
+    # legacy function_call beside a single call; a client sending it back with both is refused by OpenAI)
+    assert one.message.function_call is None and several.message.function_call is None
     streamed: dict[int, str] = {}
     for chunk in required(client, eos, stream=True):
         for call in chunk.choices[0].delta.tool_calls or []:
             streamed[call.index] = streamed.get(call.index, "") + (call.function.arguments or "")
     assert [json.loads(streamed[i]) for i in sorted(streamed)] == [json.loads(c.function.arguments)
                                                                   for c in several.message.tool_calls]
+
+
+def test_a_legacy_functions_request_gets_its_function_call(client: openai.OpenAI) -> None:
+    (choice,) = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather?"}], functions=[TOOLS[0]["function"]],
+        function_call={"name": "get_weather"}, temperature=0, max_tokens=160,
+        extra_body={"reasoning_format": "none"}).choices
+    assert choice.message.function_call.name == "get_weather"
+    assert json.loads(choice.message.function_call.arguments)["unit"] in ("celsius", "fahrenheit")
