@@ -383,6 +383,12 @@ def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: st
             "status": status}
 
 
+def _last_item_status(finish_reason: str | None) -> str:
+    """The status of a response's last output item: ``incomplete`` where the token limit cut it (a call's
+    arguments may then be cut JSON), as the API marks such items."""
+    return "incomplete" if finish_reason == "length" else "completed"
+
+
 def _reply_message(output: list[dict[str, Any]]) -> dict[str, Any]:
     """The response's output as the conversation's assistant message (what a continuation renders)."""
     reply: dict[str, Any] = {"role": "assistant", "content": ""}
@@ -461,6 +467,8 @@ class ResponsesView:
         for call in reply.get("tool_calls") or []:
             output.append(_call_item(_new_id("fc"), call["id"], call["function"]["name"],
                                      call["function"]["arguments"], "completed"))
+        if output:
+            output[-1]["status"] = _last_item_status(choice["finish_reason"])
         return self.finish(shape, output, served, answer["usage"], choice["finish_reason"])
 
     def stream(self, served: Served) -> Callable[[Any], list[Any]]:
@@ -494,7 +502,8 @@ class ResponseStream:
         assert self.open is not None
         return {"item_id": self.open["id"], "output_index": len(self.output) - 1}
 
-    def _close(self) -> list[tuple[str, dict[str, Any]]]:
+    def _close(self, status: str = "completed") -> list[tuple[str, dict[str, Any]]]:
+        """The open item's ``.done`` events, with ``status`` (``incomplete``: the token limit cut it)."""
         item, events = self.open, list[tuple[str, dict[str, Any]]]()
         if item is None:
             return events
@@ -512,7 +521,7 @@ class ResponseStream:
         else:
             events.append(self._event("response.function_call_arguments.done", **where,
                                       arguments=item["arguments"], name=item["name"]))
-        item["status"] = "completed"
+        item["status"] = status
         events.append(self._event("response.output_item.done", output_index=where["output_index"],
                                   item=json.loads(json.dumps(item))))
         self.open = None
@@ -571,7 +580,7 @@ class ResponseStream:
                 self.finish_reason = choice["finish_reason"]
         counts = chunk.get("usage")
         if counts is not None:
-            events += self._close()
+            events += self._close(_last_item_status(self.finish_reason))
             response = self.view.finish(self.shape, self.output, self.served, counts, self.finish_reason)
             kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
             events.append(self._event(kind, response=response))

@@ -63,6 +63,7 @@ def test_a_response_and_its_stream(client: openai.OpenAI) -> None:
     assert whole.status == "incomplete" and whole.incomplete_details.reason == "max_output_tokens"
     (message,) = whole.output
     assert message.type == "message" and message.role == "assistant" and message.content[0].type == "output_text"
+    assert message.status == "incomplete"  # the token limit cut it
     assert whole.output_text and whole.instructions == "Be brief."
     assert whole.usage.output_tokens == 12 and whole.usage.total_tokens == whole.usage.input_tokens + 12
     with client.responses.stream(model="tiny", input="Name three rivers.", instructions="Be brief.",
@@ -76,6 +77,7 @@ def test_a_response_and_its_stream(client: openai.OpenAI) -> None:
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == whole.output_text
     assert events[-1].response.output_text == whole.output_text
+    assert events[-2].item.status == events[-1].response.output[-1].status == "incomplete"
 
 
 def test_a_json_schema_answer_completes_streamed_and_not(client: openai.OpenAI) -> None:
@@ -86,6 +88,7 @@ def test_a_json_schema_answer_completes_streamed_and_not(client: openai.OpenAI) 
                                  text=JSON_FORMAT) as stream:
         final = stream.get_final_response()
     assert final.status == "completed" and final.output_text == whole.output_text
+    assert final.output[-1].status == whole.output[-1].status == "completed"
 
 
 def test_a_function_call_and_its_output_in_a_second_turn(client: openai.OpenAI) -> None:
