@@ -277,8 +277,9 @@ Event = tuple[str, str]  # ("reasoning", text), ("name", the tool's name), ("arg
 class ForcedReply:
     """A forced reply read as it is generated (fed piece by piece, then finished): its thinking, then each call:
     the tool's name once the call's head is complete, then the arguments' JSON text, as it is sampled less what
-    may still be the frame's closing or link to another call (held back until the next piece decides); at the
-    end for a frame whose arguments are tagged.  With ``parallel`` (and a frame that links calls) a reply may
+    may still be the frame's closing or link to another call (held back until the next piece decides); for a
+    frame whose arguments are tagged, once the call is whole (the next call's head has begun, or the reply
+    ended).  With ``parallel`` (and a frame that links calls) a reply may
     hold several calls.  Text that never became a call (``max_tokens`` cut it before the name) comes out as
     content at the end."""
 
@@ -294,6 +295,7 @@ class ForcedReply:
         self.arguments_at = 0  # where the current call's arguments begin in the answer
         self.started = False  # whether the current call's arguments have begun
         self.linked = False  # whether a link was read and the next call's head is awaited
+        self.searched = 0  # how far a tagged reply was searched for a link
 
     def feed(self, text: str) -> list[Event]:
         return self._advance(self.splitter.feed(text) if self.splitter else [("content", text)], final=False)
@@ -314,8 +316,8 @@ class ForcedReply:
             self.names.append(found[0])
             self.sent = len(self.answer) - len(answer) + found[1]
             out.append(("name", found[0]))
-        if isinstance(self.frame, TaggedFrame):  # read once the calls are whole (not a copy of them per token)
-            return out + self._tagged_calls(self.frame) if final else out
+        if isinstance(self.frame, TaggedFrame):  # read once each call is whole (not a copy of it per token)
+            return out + self._tagged_calls(self.frame, final)
         while self._json_arguments(out, final):
             pass
         return out
@@ -350,28 +352,37 @@ class ForcedReply:
             self.sent += len(body)
         return False
 
-    def _tagged_calls(self, frame: TaggedFrame) -> list[Event]:
-        """The arguments of the whole reply's calls, written in ``frame`` (the first call's name is out
-        already)."""
+    def _tagged_calls(self, frame: TaggedFrame, final: bool) -> list[Event]:
+        """The arguments of each call whose end is known, written in ``frame``: a call followed by the link
+        and the next call's whole head (the link cannot be written inside a value: a value cannot hold its
+        closing tag's first character), and at the end the last call."""
         out: list[Event] = []
-        name, at = self.names[0], self.sent
         while True:
-            found = frame.arguments_at(self.answer, at, self.functions[name])
+            fn = self.functions[self.names[-1]]
+            if not final:  # a call ends where a link begins: look only where one may have been completed
+                since = max(self.sent, self.searched - len(frame.link or ""))
+                self.searched = len(self.answer)
+                if not self.parallel or not frame.links_at(self.answer[since:]):
+                    return out
+            found = frame.arguments_at(self.answer, self.sent, fn)
             if found is None:
                 return out
             arguments, at = found
             links = frame.links_at(self.answer[at:]) if self.parallel else []
             if links and links[0] == 0:
-                at += len(frame.link or "")
-                head = frame.match_head(self.answer[at:], list(self.functions), linked=True)
-                out.append(("arguments", json.dumps(arguments)))
+                after = at + len(frame.link or "")
+                head = frame.match_head(self.answer[after:], list(self.functions), linked=True)
                 if head is None:
+                    if not final:  # the next head is still being written: look again from the link
+                        self.searched = at
+                        return out
+                    out.append(("arguments", json.dumps(arguments)))
                     return out
-                name, at = head[0], at + head[1]
-                self.names.append(name)
-                out.append(("name", name))
+                out += [("arguments", json.dumps(arguments)), ("name", head[0])]
+                self.names.append(head[0])
+                self.sent = self.searched = after + head[1]
                 continue
-            if self.answer[at:].strip() == frame.closing.strip():
+            if final and self.answer[at:].strip() == frame.closing.strip():
                 out.append(("arguments", json.dumps(arguments)))
             return out
 

@@ -23,7 +23,7 @@ from llama_cpp.sampling import SAMPLING_FIELDS
 from .continuation import ContinueMode, continue_message, template_thinking_markers
 from .call_frames import CallFrame
 from .forced_calls import ForcedReply, chosen_tools, frame_for, read_forced_reply
-from .lazy_calls import lazy_calls
+from .lazy_calls import LazyCalls, lazy_calls
 from .streaming import stream_auto_reply, stream_forced_reply
 from .tool_calls import SYNTAX_TOKENS, legacy_functions_as_tools, parse_tool_calls
 
@@ -165,6 +165,7 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     tools, tool_choice = tools_of(request)
     chosen = chosen_tools(tools, tool_choice) if tools else None
     forced: ForcedReply | None = None
+    lazy: LazyCalls | None = None
     if chosen is not None:  # in the template's own call syntax, after the thinking (:mod:`.forced_calls`)
         thinking = current_thinking()
         frame = frame_for(formatter, dict(request.get("chat_template_kwargs") or {}), thinking)
@@ -195,7 +196,8 @@ def complete_chat(llama: Any, formatter: Callable[..., ChatFormatterResponse], m
     if stream:
         if forced is not None:
             return stream_forced_reply(result, forced)
-        return stream_auto_reply(result, lambda text: _calls_read(text, tools, request), thinking=current_thinking())
+        return stream_auto_reply(result, lambda text: _calls_read(text, tools, request), thinking=current_thinking(),
+                                 lazy=lazy)
     return _with_tool_calls(completion_to_chat_completion(result), tools, forced, request)
 
 

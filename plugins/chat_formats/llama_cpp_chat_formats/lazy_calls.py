@@ -24,20 +24,28 @@ from typing import Any
 
 from llama_cpp.llama_grammar import LlamaGrammar
 
-from .call_frames import JSON_FRAME
+from .call_frames import JSON_FRAME, CallFrame
 from .continuation import ThinkingMarkers, template_thinking_markers
-from .forced_calls import Formatter, template_frame
+from .forced_calls import ForcedReply, Formatter, template_frame
 from .tool_calls import CALL_MARKERS
 
 
 @dataclasses.dataclass(frozen=True)
 class LazyCalls:
-    """The grammar of an auto reply's calls (from the trigger on), the word that starts it, and the sampling
-    keywords that mark the thinking it waits outside of (empty where the template has none)."""
+    """The grammar of an auto reply's calls (from the trigger on), the word that starts it, the sampling
+    keywords that mark the thinking it waits outside of (empty where the template has none), and what reads
+    the calls as they are written (:meth:`reader`)."""
 
     grammar: LlamaGrammar
     trigger: str
-    thinking: dict[str, Any] = dataclasses.field(default_factory=dict)
+    thinking: dict[str, Any]
+    frame: CallFrame
+    functions: list[dict[str, Any]]
+    parallel: bool
+
+    def reader(self) -> ForcedReply:
+        """A reader of the calls from the trigger on: the grammar wrote them, as it writes a forced reply."""
+        return ForcedReply(self.frame, self.functions, None, self.parallel)
 
 
 def lazy_calls(formatter: Formatter, variables: dict[str, Any], functions: list[dict[str, Any]],
@@ -54,8 +62,9 @@ def lazy_calls(formatter: Formatter, variables: dict[str, Any], functions: list[
     parallel = parallel_tool_calls is not False
     if parallel and not frame.link:  # one call a reply would take away the several calls the model may write
         return None
-    grammar = dataclasses.replace(frame, opening=opening).grammar(functions, parallel)
-    return LazyCalls(grammar, trigger, _thinking_block(template_thinking_markers(formatter), prompt))
+    frame = dataclasses.replace(frame, opening=opening)
+    return LazyCalls(frame.grammar(functions, parallel), trigger,
+                     _thinking_block(template_thinking_markers(formatter), prompt), frame, functions, parallel)
 
 
 def _thinking_block(markers: ThinkingMarkers, prompt: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from llama_cpp.llama_chat_format import chat_logprobs
 from llama_cpp.reasoning_split import Markers, ReasoningSplitter
 
 from .forced_calls import ForcedReply
+from .lazy_calls import LazyCalls
 from .tool_calls import CALL_MARKERS
 
 
@@ -90,23 +91,30 @@ def stream_forced_call(chunks: Iterator[Chunk], name: str) -> Iterator[Chunk]:
     yield writer.call_end()
 
 
+class _ReplyDeltas:
+    """A forced reply's events (:class:`.forced_calls.ForcedReply`) as deltas: each call opens with its id and
+    name under the next ``index``, its arguments follow under that index."""
+
+    def __init__(self, writer: _ChunkWriter) -> None:
+        self.writer = writer
+        self.index = -1  # the call being streamed
+
+    def __call__(self, events: list[tuple[str, str]]) -> Iterator[Chunk]:
+        for kind, text in events:
+            if kind == "name":
+                self.index += 1
+                yield self.writer.delta(_call_delta(text, "", f"call_{uuid.uuid4().hex[:24]}", self.index))
+            elif kind == "arguments":
+                yield self.writer.delta(_call_delta(None, text, index=self.index))
+            else:  # the thinking, or what was cut short before a call's name (max_tokens)
+                yield self.writer.delta({"reasoning_content" if kind == "reasoning" else "content": text})
+
+
 def stream_forced_reply(chunks: Iterator[Chunk], reply: ForcedReply) -> Iterator[Chunk]:
     """A forced reply (:mod:`.forced_calls`), streamed as its thinking's ``reasoning_content`` deltas, then its
     tool calls: each opens once its name is complete, and its arguments follow as they are sampled."""
     writer = _ChunkWriter()
-    index = -1  # the call being streamed
-
-    def deltas(events: list[tuple[str, str]]) -> Iterator[Chunk]:
-        nonlocal index
-        for kind, text in events:
-            if kind == "name":
-                index += 1
-                yield writer.delta(_call_delta(text, "", f"call_{uuid.uuid4().hex[:24]}", index))
-            elif kind == "arguments":
-                yield writer.delta(_call_delta(None, text, index=index))
-            else:  # the thinking, or what was cut short before a call's name (max_tokens)
-                yield writer.delta({"reasoning_content" if kind == "reasoning" else "content": text})
-
+    deltas = _ReplyDeltas(writer)
     for chunk in chunks:
         choice = writer.see(chunk)
         yield from writer.role_once()
@@ -152,11 +160,16 @@ def _text_end(text: str, start: int, markers: tuple[str, ...]) -> tuple[int, boo
 
 
 def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str | None, list[dict[str, Any]]]],
-                      syntax: CallSyntax = CallSyntax(), thinking: Markers | None = None) -> Iterator[Chunk]:
+                      syntax: CallSyntax = CallSyntax(), thinking: Markers | None = None,
+                      lazy: LazyCalls | None = None) -> Iterator[Chunk]:
     """Text deltas while the reply is text; what may be tool calls is held back and parsed at the end.  With
     ``thinking``, the reply's thinking block streams whole (split downstream), markers in it included: calls
-    are looked for in the answer after it."""
+    are looked for in the answer after it.  With ``lazy`` (:mod:`.lazy_calls`), calls held back from its
+    trigger on were written by its grammar: they stream as a forced reply's do, each call's arguments as they
+    are sampled."""
     writer = _ChunkWriter()
+    calls = _ReplyDeltas(writer)
+    reader: ForcedReply | None = None  # the lazy grammar's calls, once the held text begins with its trigger
     text, sent, holding = "", 0, False
     body: int | None = 0 if not syntax.opening else None  # where the text answer starts, once known
     json_undecided = syntax.bare_json
@@ -165,7 +178,13 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
         choice = writer.see(chunk)
         yield from writer.role_once()
         text += choice["text"]
+        if reader is not None:
+            yield from calls(reader.feed(choice["text"]))
+            continue
         if holding:
+            if lazy is not None and text.startswith(lazy.trigger, sent):
+                reader = lazy.reader()
+                yield from calls(reader.feed(text[sent:]))
             continue
         if thought is not None and thought.answer_at is None:
             thought.feed(choice["text"])
@@ -196,10 +215,17 @@ def stream_auto_reply(chunks: Iterator[Chunk], parse: Callable[[str], tuple[str 
         if cut > sent:
             yield writer.delta({"content": text[sent:cut]}, chat_logprobs(choice.get("logprobs")))
             sent = cut
-    content, calls = parse(text[sent:])
+        if holding and lazy is not None and text.startswith(lazy.trigger, sent):
+            reader = lazy.reader()
+            yield from calls(reader.feed(text[sent:]))
+    if reader is not None:
+        yield from calls(reader.finish())
+        yield writer.end("tool_calls" if reader.names and writer.finish in (None, "stop") else writer.finish or "stop")
+        return
+    content, parsed = parse(text[sent:])
     if content:
         yield writer.delta({"content": content})
-    for i, call in enumerate(calls):
+    for i, call in enumerate(parsed):
         fn = call["function"]
         yield writer.delta(_call_delta(fn["name"], fn["arguments"], call["id"], i))
-    yield writer.end("tool_calls" if calls else writer.finish or "stop")
+    yield writer.end("tool_calls" if parsed else writer.finish or "stop")

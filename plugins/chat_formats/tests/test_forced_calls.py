@@ -336,6 +336,22 @@ def test_linked_calls_are_read_back_by_the_familys_reader_and_by_the_forced_read
             assert read_calls_in_pieces(text, frame, size) == expected, (stem, size)
 
 
+@pytest.mark.parametrize("stem", ["Qwen3-Coder", "GLM-4.6", "MiniMax-M2"])
+def test_a_tagged_calls_arguments_stream_once_the_next_call_has_begun(stem: str) -> None:
+    """Tagged arguments are JSON only once the call is whole: a call's come out when the next call's head
+    is complete, not at the end of the reply."""
+    frame = template_frame(formatter(stem), {})
+    assert isinstance(frame, TaggedFrame) and frame.link
+    text = frame.write_calls([("get_weather", frame.tagged(ARGUMENTS)), ("get", frame.tagged({}))])
+    # the second call's head, and one character more: with no text after the name (Qwen3-Coder's), "get" is
+    # whole only once what follows cannot continue it into "get_weather"
+    second = text.index(frame.link) + len(frame.link) + len("get" + frame.after_name) + 1
+    reply = ForcedReply(frame, [t["function"] for t in TOOLS], None, parallel=True)
+    events = [event for at in range(0, second, 4) for event in reply.feed(text[at:min(at + 4, second)])]
+    assert events == [("name", "get_weather"), ("arguments", json.dumps(ARGUMENTS)), ("name", "get")]
+    assert reply.feed(text[second:]) == [] and reply.finish() == [("arguments", "{}")]
+
+
 def test_a_links_text_inside_a_string_argument_is_part_of_the_argument() -> None:
     frame = template_frame(formatter("Mistral-Small-3.2-24B-Instruct-2506"), {})
     text = frame.write_calls([("get_weather", json.dumps({"city": "[TOOL_CALLS]get[ARGS]{}"})),

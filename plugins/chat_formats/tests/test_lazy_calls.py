@@ -80,10 +80,22 @@ def test_a_call_opened_in_an_auto_reply_is_a_whole_call_of_an_offered_tool(qwen2
     chunks = list(qwen25.create_chat_completion(ASKED, stream=True, logits_processor=[Prefix(qwen25, OPENS_A_CALL)],
                                                 **AUTO))
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
-    streamed = [(call["index"], call["function"]) for chunk in chunks
-                for call in chunk["choices"][0]["delta"].get("tool_calls") or ()]
-    assert [function for _, function in streamed] == [c["function"] for c in message["tool_calls"]]
-    assert [index for index, _ in streamed] == [0, 1]
+    assert "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks).strip() == "Sure."
+    calls, fragments = streamed_calls(chunks)
+    assert calls == [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]]
+    assert fragments[0] > 2  # the first call's arguments streamed as they were sampled, not at the end
+
+
+def streamed_calls(chunks: list[dict[str, Any]]) -> tuple[list[tuple[str, Any]], list[int]]:
+    """The (name, arguments) of each streamed call, by index, and how many argument fragments each had."""
+    calls: dict[int, list[Any]] = {}
+    for chunk in chunks:
+        for call in chunk["choices"][0]["delta"].get("tool_calls") or ():
+            entry = calls.setdefault(call["index"], ["", "", 0])
+            entry[0] += call["function"].get("name") or ""
+            entry[1] += call["function"]["arguments"]
+            entry[2] += bool(call["function"]["arguments"])
+    return [(name, json.loads(arguments)) for name, arguments, _ in calls.values()], [n for *_, n in calls.values()]
 
 
 def test_parallel_tool_calls_false_ends_the_reply_after_one_call(qwen25: Llama) -> None:
@@ -130,6 +142,6 @@ def test_a_marker_written_while_thinking_is_thought_and_a_call_after_it_is_const
     deltas = [chunk["choices"][0]["delta"] for chunk in chunks]
     assert "".join(d.get("reasoning_content") or "" for d in deltas) == message["reasoning_content"]
     assert not "".join(d.get("content") or "" for d in deltas).strip()
-    assert [c["function"] for d in deltas for c in d.get("tool_calls") or ()] == [
-        c["function"] for c in message["tool_calls"]]
+    assert streamed_calls(chunks)[0] == [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                                         for c in message["tool_calls"]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
