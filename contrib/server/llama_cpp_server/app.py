@@ -328,7 +328,7 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     async def models() -> Any:
         created = int(app.state.started)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
-                                            "owned_by": "llama_cpp", "status": {"value": pool.status(name)}}
+                                            "owned_by": "llamacpp", "status": {"value": pool.status(name)}}
                                            for name in pool.names]}
 
     async def named_model(request: Request) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from . import llama_server_timings
 from .errors import APIError
+from .llama_server_samplers import SERVER_NAMES, llama_server_samplers
 from .llama_server_text import Mixed, mixed_tokens, prompt_text
 from .schemas import LoraEntry
 from .settings import ServerSettings
@@ -28,15 +29,6 @@ from .settings import ServerSettings
 # one prompt (a text, or texts and token ids mixed), or several: a list of those
 NativePrompt = Union[Mixed, list[Mixed]]
 
-# llama-server's sampler names (case aside), and its one-letter form, onto the core's stage names
-_SAMPLER_NAMES = {"dry": "dry", "top_k": "top_k", "top_p": "top_p", "nucleus": "top_p", "top_n_sigma": "top_n_sigma",
-                  "typ_p": "typical_p", "typ": "typical_p", "typical_p": "typical_p", "min_p": "min_p",
-                  "temperature": "temperature", "temp": "temperature", "xtc": "xtc", "infill": "infill",
-                  "penalties": "penalties", "adaptive_p": "adaptive_p"}
-_SAMPLER_LETTERS = {"d": "dry", "k": "top_k", "y": "typical_p", "p": "top_p", "s": "top_n_sigma", "m": "min_p",
-                    "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
-# the core's stage names back to llama-server's, for generation_settings
-_SERVER_NAMES = {"typical_p": "typ_p"}
 DEFAULT_SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
 RANDOM_SEED = 0xFFFFFFFF  # llama-server's "no seed" (-1 as a uint32)
 
@@ -159,29 +151,6 @@ def _prompts(body: NativeCompletionRequest, llm: Any) -> list[str | list[int]]:
     return prompts
 
 
-def _samplers(value: list[str] | str | None) -> tuple[str, ...] | None:
-    """The core's stage names for llama-server's ``samplers`` (names, any case, ``-`` or no separator; or one
-    letter each); unknown ones are refused, where llama-server skips them with a warning."""
-    if value is None:
-        return None
-    names: list[str] = []
-    for entry in value:  # a string is its letters
-        if isinstance(value, str):
-            if entry not in _SAMPLER_LETTERS:
-                raise APIError(400, f"samplers: unknown sampler letter {entry!r}; allowed: "
-                               f"{''.join(_SAMPLER_LETTERS)}", param="samplers")
-            names.append(_SAMPLER_LETTERS[entry])
-            continue
-        key = entry.lower().replace("-", "_")
-        found = _SAMPLER_NAMES.get(key) or next((v for k, v in _SAMPLER_NAMES.items() if k.replace("_", "") == key),
-                                                None)
-        if found is None:
-            raise APIError(400, f"samplers: unknown sampler {entry!r}; allowed: {', '.join(sorted(_SAMPLER_NAMES))}",
-                           param="samplers")
-        names.append(found)
-    return tuple(names)
-
-
 def _logit_bias(value: list[list[Any]] | dict[str, Any] | None, llm: Any) -> dict[int, float] | None:
     """llama-server's two forms (``[[token or text, bias], ...]`` or ``{"token or text": bias}``); ``false`` is
     -inf, a text biases each of its tokens."""
@@ -247,7 +216,7 @@ def native_arguments(body: NativeCompletionRequest, llm: Any, tenant: str,
         dry_penalty_last_n=body.dry_penalty_last_n, dry_seq_breakers=tuple(body.dry_sequence_breakers),
         mirostat_mode=body.mirostat, mirostat_tau=body.mirostat_tau, mirostat_eta=body.mirostat_eta,
         adaptive_target=body.adaptive_target, adaptive_decay=body.adaptive_decay, min_keep=body.min_keep,
-        ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=_samplers(body.samplers),
+        ignore_eos=body.ignore_eos, logit_bias=_logit_bias(body.logit_bias, llm), samplers=llama_server_samplers(body.samplers),
         grammar=grammar, grammar_lazy=body.grammar_lazy, grammar_triggers=_triggers(body, llm, preserved),
         preserved_tokens=preserved, tenant=tenant, active_loras=active_loras,
         n_indent=body.n_indent, t_max_predict_ms=body.t_max_predict_ms,
@@ -284,14 +253,11 @@ def _triggers(body: NativeCompletionRequest, llm: Any, preserved: frozenset[int]
 
 
 def _sequence(body: NativeCompletionRequest, llm: Any) -> int | None:
-    """``id_slot`` as an engine sequence (None: any); 400 past the server's sequences."""
+    """``id_slot`` as an engine sequence (None: any); one past the server's sequences wraps around, as
+    llama-server's does (llama.vim sends a request counter there)."""
     if body.id_slot < 0:
         return None
-    n_seq = llm.scheduler.ctx.n_seq_max
-    if body.id_slot >= n_seq:
-        raise APIError(400, f"id_slot: slot {body.id_slot} does not exist; the slots are 0..{n_seq - 1}",
-                       param="id_slot")
-    return int(body.id_slot)
+    return int(body.id_slot) % llm.scheduler.ctx.n_seq_max
 
 
 def _stops(body: NativeCompletionRequest) -> list[str]:
@@ -311,7 +277,7 @@ def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any]
     triggers = [{"type": 0, "value": given.value, "token": trigger} if isinstance(trigger, int) else
                 {"type": 1, "value": trigger} for given, trigger in zip(body.grammar_triggers,
                                                                          made.get("grammar_triggers", ()))]
-    samplers = _samplers(body.samplers) or DEFAULT_SAMPLERS
+    samplers = llama_server_samplers(body.samplers) or DEFAULT_SAMPLERS
     n_predict, seed = _n_predict(body), _seed(body)
     stop = _stops(body)
     return {
@@ -333,7 +299,7 @@ def generation_settings(body: NativeCompletionRequest, arguments: dict[str, Any]
         "grammar_lazy": body.grammar_lazy, "grammar_triggers": triggers,
         "preserved_tokens": sorted(made.get("preserved_tokens", ())),
         "chat_format": "Content-only", "reasoning_format": "none", "reasoning_in_content": False,
-        "generation_prompt": "", "samplers": [_SERVER_NAMES.get(name, name) for name in samplers],
+        "generation_prompt": "", "samplers": [SERVER_NAMES.get(name, name) for name in samplers],
         "speculative.types": "none", "timings_per_token": body.timings_per_token,
         "post_sampling_probs": body.post_sampling_probs, "backend_sampling": False,
         "lora": [{"id": entry.id, "scale": entry.scale} for entry in sorted(body.lora or [], key=lambda e: e.id)],

@@ -14,9 +14,10 @@ from .llama_server_text import Mixed, mixed_tokens
 
 
 class ExtraContext(BaseModel):
-    """One file of ``input_extra``: the repository context llama.vscode sends before the gap."""
+    """One file of ``input_extra``: the repository context llama.vscode and llama.vim send before the gap.
+    Other keys of a chunk are ignored, as llama-server ignores them: both plugins send each chunk's ``time``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     filename: str = "tmp"
     text: str

@@ -16,7 +16,7 @@ from .responses import (GENERATION_ERRORS, TOKEN_ERRORS, AnswerModel, InputToken
                         ok)
 
 Status = Literal["in_progress", "completed", "incomplete"]
-ItemStatus = Literal["in_progress", "completed"]
+ItemStatus = Status  # an item the token limit cut is incomplete, as its response is
 
 
 class ReasoningTextPart(AnswerModel):

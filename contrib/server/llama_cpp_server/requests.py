@@ -14,7 +14,8 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from llama_cpp.reasoning import template_variables
 
 from .errors import APIError
-from .schemas import ChatRequest, CompletionRequest, SamplerFields
+from .llama_server_samplers import llama_server_samplers
+from .schemas import ChatRequest, CompletionRequest, LlamaServerFields, SamplerFields
 from .settings import ServerSettings
 
 _SAMPLER_FIELDS = tuple(SamplerFields.model_fields)
@@ -95,10 +96,25 @@ def _sampler_arguments(body: SamplerFields, llm: Any) -> dict[str, Any]:
             kwargs["grammar"] = LlamaGrammar.from_string(kwargs["grammar"], verbose=False)
         except ValueError as exc:
             raise APIError(400, f"grammar: {exc}", param="grammar") from None
-    for name in ("dry_seq_breakers", "grammar_triggers", "samplers", "extra_samplers"):
+    for name in ("dry_seq_breakers", "grammar_triggers", "extra_samplers"):
         if name in kwargs:
             kwargs[name] = tuple(kwargs[name])
+    if "samplers" in kwargs:
+        kwargs["samplers"] = llama_server_samplers(kwargs["samplers"], keep_unknown=True)
+    if isinstance(body, LlamaServerFields):  # llama-server's names, where the OpenAI ones are not given
+        for name, ours in (("typ_p", "typical_p"), ("repeat_last_n", "penalty_last_n")):
+            if getattr(body, name) is not None:
+                kwargs.setdefault(ours, getattr(body, name))
     return kwargs
+
+
+def _max_tokens(*given: int | None, n_predict: int | None = None) -> int | None:
+    """The first of ``given`` that is set (0: no limit), else llama-server's ``n_predict`` (-1: no limit; 0
+    samples one token, as in llama-server, whose limit is checked once a token exists)."""
+    value = next((v for v in given if v is not None), None)
+    if value is None and n_predict is not None and n_predict >= 0:
+        value = max(1, n_predict)
+    return value or None
 
 
 def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: str) -> dict[str, Any]:
@@ -111,7 +127,9 @@ def completion_arguments(body: CompletionRequest, llm: Any, model: str, tenant: 
         raise APIError(400, "suffix: this model has no fill-in-the-middle tokens, so it cannot complete between "
                        "a prompt and a suffix (use a code model with FIM tokens, or leave suffix out)", param="suffix")
     kwargs = _sampler_arguments(body, llm)
-    kwargs.update(prompt=body.prompt, suffix=body.suffix, max_tokens=body.max_tokens or None, echo=body.echo,
+    kwargs.update(prompt=body.prompt, suffix=body.suffix, max_tokens=_max_tokens(body.max_tokens,
+                                                                                n_predict=body.n_predict),
+                  echo=body.echo,
                   logprobs=body.logprobs, stop=body.stop, n=body.n, model=model, priority=body.priority,
                   tenant=tenant)
     return kwargs
@@ -164,9 +182,9 @@ def chat_arguments(body: ChatRequest, llm: Any, model: str, tenant: str) -> list
     choice ``j`` samples with ``seed + j``, as the completions of one prompt do; ``model`` and ``tenant``
     as in :func:`completion_arguments`."""
     kwargs = _sampler_arguments(body, llm)
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    max_tokens = _max_tokens(body.max_completion_tokens, body.max_tokens, n_predict=body.n_predict)
     kwargs.update(**chat_prompt_arguments(body), response_format=body.response_format,
-                  logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens or None,
+                  logprobs=body.logprobs, top_logprobs=body.top_logprobs, max_tokens=max_tokens,
                   stop=body.stop, model=model, priority=body.priority, tenant=tenant,
                   reasoning_format=body.reasoning_format, parallel_tool_calls=body.parallel_tool_calls)
     return [{**kwargs, "seed": choice_seed(kwargs.get("seed"), j)} for j in range(body.n)]

@@ -75,11 +75,28 @@ class SamplerFields(_Body):
     use_infill: bool | None = None
     extra: dict[str, Any] | None = Field(None, description="parameters of plugin sampler stages, by name")
     seed: int | None = None
-    samplers: list[str] | None = None
+    samplers: Union[list[str], str, None] = Field(None, description="the filter stages in order: the core's or "
+                                                  "llama-server's names, or llama-server's letters (\"kypmt\")")
     extra_samplers: list[str] | None = None
 
 
-class _Generation(SamplerFields):
+class LlamaServerFields(_Body):
+    """llama-server's own fields, which its clients send on the OpenAI routes too (its web UI, llama.vim's
+    instruct, llama.vscode's edits): those with a meaning here are taken under their OpenAI names; the others
+    are accepted and change nothing here (docs/server.md says why for each)."""
+
+    n_predict: int | None = Field(None, ge=-1, description="max_tokens, llama-server's name (-1: no limit)")
+    typ_p: float | None = Field(None, description="typical_p, llama-server's name")
+    repeat_last_n: int | None = Field(None, ge=-1, description="penalty_last_n, llama-server's name")
+    cache_prompt: bool | None = Field(None, description="no effect: the engine reuses a cached prefix anyway")
+    id_slot: int | None = Field(None, description="no effect: the planner places a chat where its prefix is cached")
+    return_progress: bool | None = Field(None, description="no effect: no prompt_progress events on this route")
+    timings_per_token: bool | None = Field(None, description="no effect: timings come with the last chunk")
+    response_fields: list[str] | None = Field(None, description="no effect: the answer is OpenAI's whole object")
+    backend_sampling: bool | None = Field(None, description="no effect: sampling runs in the engine's chain")
+
+
+class _Generation(SamplerFields, LlamaServerFields):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=0, description="0 or none: up to the end of the context")
     stop: Union[str, list[str], None] = None

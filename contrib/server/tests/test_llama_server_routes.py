@@ -33,6 +33,30 @@ def test_the_unprefixed_aliases_answer_as_the_v1_routes(both: tuple[str, str]) -
         assert httpx.get(f"{base}/v1/health", timeout=10).json() == {"status": "ok"}
 
 
+# what llama.cpp's web UI (services/chat.service.ts) and llama.vim's instruct (autoload/llama.vim) send to the chat
+# route: llama-server's own fields beside OpenAI's
+WEB_UI_CHAT = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "return_progress": True,
+               "timings_per_token": True, "typ_p": 1.0, "repeat_last_n": 64, "backend_sampling": False,
+               "samplers": ["top_k", "typ_p", "top_p", "min_p", "temperature"], "temperature": 0, "max_tokens": 6}
+LLAMA_VIM_INSTRUCT = {"messages": [{"role": "user", "content": "hi"}], "id_slot": 7, "n_predict": 6,
+                      "cache_prompt": True, "response_fields": ["choices"], "temperature": 0}
+
+
+def test_llama_servers_own_fields_on_the_chat_route_as_its_clients_send_them(both: tuple[str, str]) -> None:
+    """The web UI's streamed chat and llama.vim's instruct request were refused (422, unknown fields) where
+    llama-server answers them; n_predict is the length, the sampler names are llama-server's."""
+    ours, theirs = (post(base, LLAMA_VIM_INSTRUCT, "/v1/chat/completions") for base in both)
+    assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
+    assert ours["usage"]["completion_tokens"] == theirs["usage"]["completion_tokens"] == 6
+    texts = []
+    for base in both:
+        events, _ = stream(base, WEB_UI_CHAT, "/v1/chat/completions")
+        texts.append("".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices")))
+    assert texts[0] == texts[1] and texts[0]
+    letters = post(both[0], {**LLAMA_VIM_INSTRUCT, "samplers": "kypmt", "n_predict": 0}, "/v1/chat/completions")
+    assert letters["usage"]["completion_tokens"] == 1  # n_predict 0 samples one token, as llama-server's
+
+
 OPENAI = [("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}),
           ("/v1/chat/completions", CHAT)]
 

@@ -119,10 +119,14 @@ def test_the_stream_has_llama_servers_events(both: tuple[str, str]) -> None:
     assert ours[-1]["tokens_predicted"] == theirs[-1]["tokens_predicted"] == 8
 
 
-def test_id_slot_runs_the_request_in_that_slot_as_llama_servers(both: tuple[str, str]) -> None:
-    body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "id_slot": 0}
+@pytest.mark.parametrize("id_slot", [0, 3])
+def test_id_slot_runs_the_request_in_that_slot_as_llama_servers(both: tuple[str, str], id_slot: int) -> None:
+    """(One slot each: slot 3 wraps around to slot 0, as llama-server's does; llama.vim's instruct requests
+    send a request counter as id_slot.)"""
+    body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "id_slot": id_slot}
     ours, theirs = (post(base, body) for base in both)
     same(ours, theirs, "content", "id_slot", "tokens_predicted")
+    assert ours["id_slot"] == 0
 
 
 def test_timings_per_token_time_every_event_as_llama_servers(both: tuple[str, str]) -> None:
@@ -228,6 +232,17 @@ def test_post_sampling_probs_are_what_the_chain_left_as_llama_servers(both: tupl
     assert [shape(e) for e in streamed] == [shape(e) for e in their_stream]
 
 
+def test_the_infill_sampler_named_in_samplers_applies_as_llama_servers(both: tuple[str, str]) -> None:
+    """llama.vscode and llama.vim send ``samplers: ["top_k", "top_p", "infill"]`` with every completion: the
+    chain applies each stage its list names (the infill stage once built nothing without ``use_infill``)."""
+    body = {"prompt": PROMPT, "n_predict": 16, "temperature": 0.8, "seed": 1, "samplers": ["top_k", "top_p", "infill"]}
+    ours, theirs = (post(base, body) for base in both)
+    assert ours["content"] == theirs["content"]
+    assert ours["generation_settings"]["samplers"] == theirs["generation_settings"]["samplers"]
+    plain = post(both[0], {**body, "samplers": ["top_k", "top_p"]})
+    assert plain["content"] != ours["content"]  # (the stage changes what is sampled here)
+
+
 def test_n_keep_and_n_discard_change_nothing_without_a_context_shift_as_llama_servers(both: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "n_predict": -1, "temperature": 0, "n_keep": -1, "n_discard": 8}
     ours, theirs = (post(base, body) for base in both)
@@ -271,7 +286,6 @@ def test_bad_values_are_refused_naming_the_field(both: tuple[str, str]) -> None:
                         ({"prompt": PROMPT, "n_discard": -1}, "n_discard"),
                         ({"prompt": PROMPT, "n_cache_reuse": -1}, "n_cache_reuse"),
                         ({"prompt": PROMPT, "post_sampling_probs": "often"}, "post_sampling_probs"),
-                        ({"prompt": PROMPT, "id_slot": 3}, "id_slot"),
                         ({"prompt": PROMPT, "no_such_field": 1}, "no_such_field"),
                         ({"prompt": []}, "prompt")):
         reply = httpx.post(ours + "/completion", json=body, timeout=30)
@@ -306,8 +320,11 @@ def fim_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 
 @pytest.mark.parametrize("extra", [[], [{"filename": "util.py", "text": "def helper():\n    return 1\n"},
-                                        {"text": "x = 2\n"}]], ids=["plain", "repository"])
-def test_infill_equals_llama_servers(fim_servers: tuple[str, str], extra: list[dict[str, str]]) -> None:
+                                        {"text": "x = 2\n"}],
+                                   # as llama.vscode and llama.vim send their chunks: with the time of each
+                                   [{"text": "x = 1\n", "time": 1733480000000, "filename": "u.py"}]],
+                         ids=["plain", "repository", "plugin chunks"])
+def test_infill_equals_llama_servers(fim_servers: tuple[str, str], extra: list[dict[str, Any]]) -> None:
     body = {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n", "input_extra": extra,
             "prompt": "return", "n_predict": 8, "temperature": 0, "return_tokens": True}
     ours, theirs = (post(base, body, "/infill") for base in fim_servers)

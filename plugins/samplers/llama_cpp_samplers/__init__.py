@@ -54,8 +54,11 @@ def _grammar(ctx: Any) -> list[Any]:
 
 
 def _infill(ctx: Any) -> list[Any]:
-    """Fill-in-the-middle sampling (use_infill): prefers ending the middle over rambling on."""
-    return [ctx.lib.llama_sampler_init_infill(ctx.vocab)] if ctx.params.use_infill else []
+    """Fill-in-the-middle sampling: prefers ending the middle over rambling on.  With ``use_infill``, or where
+    ``samplers`` lists it: llama.cpp applies each stage its list names (llama.vscode and llama.vim send
+    ``["top_k", "top_p", "infill"]``)."""
+    listed = any((entry if isinstance(entry, str) else entry.name) == "infill" for entry in ctx.params.samplers or ())
+    return [ctx.lib.llama_sampler_init_infill(ctx.vocab)] if ctx.params.use_infill or listed else []
 
 
 def _logit_bias(ctx: Any) -> list[Any]:
