@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import llama_cpp_native
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from .errors import APIError, json_body
 
@@ -22,13 +24,24 @@ def props(llm: Any, name: str, model_path: str, n_seq: int, modalities: dict[str
     def piece(token: int) -> str:
         return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
-    return {"default_generation_settings": {"n_ctx": llm.scheduler.ctx.n_ctx_seq, "params": params},
-            "total_slots": n_seq, "model_alias": name, "model_path": model_path, "modalities": modalities,
-            "endpoint_slots": slots_endpoint, "endpoint_props": props_endpoint, "endpoint_metrics": True,
-            "chat_template": chat_template or llm.metadata.get("tokenizer.chat_template", ""),
-            "bos_token": piece(llm.token_bos()), "eos_token": piece(llm.token_eos()),
-            "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
-            "is_sleeping": False}
+    template = chat_template or llm.metadata.get("tokenizer.chat_template", "")
+    bos, eos = piece(llm.token_bos()), piece(llm.token_eos())
+    answer = {"default_generation_settings": {"n_ctx": llm.scheduler.ctx.n_ctx_seq, "params": params},
+              "total_slots": n_seq, "model_alias": name, "model_path": model_path, "modalities": modalities,
+              "endpoint_slots": slots_endpoint, "endpoint_props": props_endpoint, "endpoint_metrics": True,
+              "chat_template": template, "bos_token": bos, "eos_token": eos,
+              "build_info": f"b{llama_cpp_native.llama_build_number}-{llama_cpp_native.llama_commit}",
+              "is_sleeping": False}
+    if template:  # (a model without one is served by a named format, which has no capabilities to report)
+        answer["chat_template_caps"] = dict(_caps_of(template, bos, eos))
+    return answer
+
+
+@functools.lru_cache(maxsize=16)
+def _caps_of(template: str, bos: str, eos: str) -> dict[str, bool]:
+    """llama.cpp's capabilities of a chat template (``supports_tools``, ``supports_system_role``...), which
+    clients read to know what to send; found by rendering probe conversations, once per template."""
+    return Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos).capabilities()
 
 
 def post_props(enabled: bool, body: bytes) -> dict[str, Any]:

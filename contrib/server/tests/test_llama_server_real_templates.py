@@ -2,7 +2,8 @@
 both servers with ``--chat-template-file``: ``/apply-template`` renders the same prompt as llama-server's for a
 plain turn, a conversation with a system message, a request with tools, a two-call tool loop, text parts, an
 earlier assistant turn with its thinking (``reasoning_content``), a ``developer`` message, and a trailing
-assistant message continued (its content, its thinking, or both), or both refuse it.
+assistant message continued (its content, its thinking, or both), or both refuse it; and ``/props`` reports the
+same ``chat_template_caps``.
 
 This found what the sandbox and the formatter did differently from llama.cpp: the BOS a template writes
 first (llama.cpp takes it off when the tokenizer adds one), ``|safe`` (Jinja's ``Markup`` HTML-escaped what
@@ -83,6 +84,9 @@ LLAMA_SERVER_SPECIFIC = {
     ("google-gemma-4-31B-it-interleaved", "tool loop"): "tool results moved into the model's turn",
     # llama.cpp hands this template a user's text parts joined by newlines, where the template would join them
     ("LFM2.5-8B-A1B", "text parts"): "text parts joined by newlines",
+    # llama.cpp watches which values a template reads; LFM2.5's iterates the parts inside a macro, whose
+    # copy of the content takes the reads: it counts no typed content there (and joins parts, above)
+    ("LFM2.5-8B-A1B", "caps"): "supports_typed_content false",
 }
 
 
@@ -99,6 +103,9 @@ def test_a_real_template_renders_as_llama_server_renders_it(chat_model_path: Pat
                 continue  # both refuse it (the template's own raise_exception, here as there)
             if (replies[0].status_code, mine) != (replies[1].status_code, native):
                 differences.append(name)
+        caps = [httpx.get(f"{base}/props", timeout=60).json()["chat_template_caps"] for base in (ours, theirs)]
+        if caps[0] != caps[1]:  # what clients read to know what to send (supports_tools...)
+            differences.append("caps")
     expected = sorted(body for (stem, body) in LLAMA_SERVER_SPECIFIC if stem == path.stem)
     assert sorted(differences) == expected, f"{path.stem}: {differences}"
 

@@ -17,6 +17,7 @@ from llama_cpp.llama_chat_format import ChatFormatterResponse
 
 from . import family_messages
 from .handler import formatter_handler
+from .template_caps import template_caps
 from .template_sandbox import ENVIRONMENT, TemplateError, rendering
 
 __all__ = ["Jinja2ChatFormatter", "TemplateError"]
@@ -87,6 +88,7 @@ class Jinja2ChatFormatter:
         self._takes_parts: bool | None = None
         self._takes_objects: bool | None = None
         self._takes_system: bool | None = None
+        self._caps: dict[str, bool] | None = None
 
     def _template(self) -> jinja2.Template:
         if self._compiled is None:
@@ -170,6 +172,13 @@ class Jinja2ChatFormatter:
             out = self._probe([{"role": "system", "content": _PROBE}, {"role": "user", "content": "User message"}])
             self._takes_system = _PROBE in out
         return self._takes_system
+
+    def capabilities(self) -> dict[str, bool]:
+        """llama.cpp's capabilities of the template (llama-server's ``chat_template_caps``:
+        ``supports_tools``, ``supports_system_role``...; :mod:`.template_caps`), found once."""
+        if self._caps is None:
+            self._caps = template_caps(self)
+        return dict(self._caps)
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` in the forms this template renders: lists of text parts as their text where it takes
