@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pytest
+from llama_cpp_native import ffi
 
 from llama_cpp.engine import (BatchRow, ChoiceGroup, Decoded, PromptProgress, Request, RequestState, RowKind, RowMode,
                               Sampled, Scheduler, TickPlan)
@@ -103,6 +104,7 @@ class FakeRunner:
         self.n_caller_idle = 0
         self.waited: list[int] = []  # the threads that waited while another drove
         self.hold: threading.Event | None = None  # set: the next run waits for it (a decode that takes long)
+        self.chosen: list[list[int]] = []  # what each burst chose
 
     def caller_idle(self) -> None:
         self.n_caller_idle += 1
@@ -130,7 +132,15 @@ class FakeRunner:
             held.extend(row.fed)
             for i, token in zip(row.rows, row.fed):
                 self.ctx.row_tokens[i] = token
-        return Decoded(0, None, {})
+        if plan.burst is None:
+            return Decoded(0, None, {})
+        assert len(plan.rows) == 1 and plan.burst.choice == "a native choice"
+        held, chosen = self.ctx.memory[plan.rows[0].slot.seq_id], [next_token(plan.rows[0].fed[-1])]
+        while len(chosen) < plan.burst.n_max and not (chosen[-1] == EOG and plan.burst.stop_vocab == FakeModel.vocab):
+            held.append(chosen[-1])  # decoded alone, and the next token chosen from it
+            chosen.append(next_token(chosen[-1]))
+        self.chosen.append(chosen)
+        return Decoded(0, None, {}, chosen)
 
     def embed(self, rows: Sequence[BatchRow]) -> int:
         raise AssertionError("no embeddings here")
@@ -138,6 +148,8 @@ class FakeRunner:
 
 class FakeSampler:
     history = None
+    chooses_alone = False  # a Python sampler: its sequence never bursts
+    choice = None
 
     def __init__(self) -> None:
         self.accepted_tokens: list[int] = []
@@ -158,6 +170,7 @@ class FakeSampler:
 
 class FakeModel:
     n_vocab = 100
+    vocab = "the vocabulary"  # what a burst's plan names as the one whose end-of-generation tokens end it
     calling = contextlib.nullcontext()
 
     @staticmethod
@@ -187,8 +200,17 @@ def engine(n_seq_max: int = 2, n_batch: int = 16, n_ctx_seq: int = 64, **options
     return scheduler, ctx, runner
 
 
-def request(prompt: Sequence[int], max_tokens: int = 4, **fields: Any) -> Request:
-    return Request(list(prompt), SamplingParams(), max_tokens, sampler=FakeSampler(), **fields)  # type: ignore[arg-type]
+class NativeChoiceSampler(FakeSampler):
+    """A sampler whose choice is all native (as a greedy or plain sampled request's): its sequence may burst."""
+
+    chooses_alone = True
+    choice = "a native choice"
+
+
+def request(prompt: Sequence[int], max_tokens: int = 4, sampler: FakeSampler | None = None,
+            params: SamplingParams | None = None, **fields: Any) -> Request:
+    return Request(list(prompt), params or SamplingParams(), max_tokens, sampler=sampler or FakeSampler(),  # type: ignore[arg-type]
+                   **fields)
 
 
 def run(scheduler: Scheduler, req: Request) -> list[int]:
@@ -273,6 +295,7 @@ def test_rejected_drafts_leave_memory_and_the_step_is_told():
     class Drafting:
         observes_batches = False
         drafts = False
+        bursts = False
 
         def __init__(self) -> None:
             self.rollbacks: list[tuple[int, int]] = []
@@ -710,3 +733,58 @@ def test_a_tick_that_raises_after_its_decode_leaves_every_sequence_consistent() 
     scheduler.submit(again)
     assert run(scheduler, again) == solo([1, 2], 4)
     assert_mirrors(scheduler, ctx)
+
+
+def test_a_lone_sequence_bursts_as_far_as_its_reader_may_fall_behind():
+    """A lone sequence whose sampling is all native takes several tokens per tick: each burst's tokens are
+    in the ledger as in memory, it never goes further than the reader's read-ahead or max_tokens, and the
+    counters count every decode as if each token had had its own tick."""
+    scheduler, ctx, runner = engine(n_ctx_seq=128)
+    req = request([5, 6, 7], max_tokens=30, sampler=NativeChoiceSampler())
+    scheduler.submit(req)
+    assert run(scheduler, req) == solo([5, 6, 7], 30)
+    assert req.finish_reason == "length"
+    assert ctx.memory[0] == [5, 6, 7, *solo([5, 6, 7], 29)]
+    assert_mirrors(scheduler, ctx)
+    bursts = [plan.burst for plan in runner.plans if plan.burst is not None]
+    assert bursts and len(runner.plans) < 30
+    assert all(2 <= b.n_max <= req.read_ahead for b in bursts) and bursts[-1].n_max <= 30 - 1
+    assert all(b.stop_vocab == FakeModel.vocab and b.budget_s > 0 for b in bursts)
+    stats = scheduler.stats()
+    assert (stats.n_decodes, stats.n_prompt_tokens, stats.n_generated_tokens) == (30, 3, 30)
+    assert stats.n_burst_decodes == sum(len(chosen) - 1 for chosen in runner.chosen) > 0
+
+
+def test_no_burst_beside_another_sequence_a_waiting_request_or_a_python_sampler():
+    scheduler, ctx, runner = engine(n_seq_max=2)
+    a = request([1, 2], max_tokens=6, sampler=NativeChoiceSampler())
+    b = request([3, 4], max_tokens=6, sampler=NativeChoiceSampler())
+    scheduler.submit(a)
+    scheduler.submit(b)
+    assert run(scheduler, a) == solo([1, 2], 6) and run(scheduler, b) == solo([3, 4], 6)
+    assert all(plan.burst is None for plan in runner.plans if len(plan.rows) > 1)
+    assert_mirrors(scheduler, ctx)
+
+    scheduler, ctx, runner = engine(n_seq_max=1)
+    a = request([1, 2], max_tokens=6, sampler=NativeChoiceSampler())
+    waiting = request([3, 4], max_tokens=2, sampler=NativeChoiceSampler())
+    scheduler.submit(a)
+    scheduler.submit(waiting)
+    assert run(scheduler, a) == solo([1, 2], 6) and run(scheduler, waiting) == solo([3, 4], 2)
+    assert all(plan.burst is None for plan in runner.plans)  # (the waiting one's max_tokens allows none)
+
+    for python, fields in ((True, {}), (False, {"logprobs": 1}), (False, {"read_ahead": 0})):
+        scheduler, ctx, runner = engine()
+        req = request([5, 6], max_tokens=12, sampler=FakeSampler() if python else NativeChoiceSampler(), **fields)
+        scheduler.submit(req)
+        assert run(scheduler, req) == solo([5, 6], 12)
+        assert all(plan.burst is None for plan in runner.plans), fields
+
+
+def test_ignore_eos_bursts_through_end_of_generation_tokens():
+    scheduler, ctx, runner = engine()
+    req = request([5, 6], max_tokens=12, sampler=NativeChoiceSampler(), params=SamplingParams(ignore_eos=True))
+    scheduler.submit(req)
+    assert run(scheduler, req) == solo([5, 6], 12)
+    bursts = [plan.burst for plan in runner.plans if plan.burst is not None]
+    assert bursts and all(b.stop_vocab == ffi.NULL for b in bursts)

@@ -109,3 +109,17 @@ def test_seeded_sampling_equals_llama_completion(model: str, tiny_model_path: Pa
                         break
                 gen.close()
                 assert produced == expected, f"seed {seed}, {prompt!r}: ours {produced!r} != native {expected!r}"
+
+
+@pytest.mark.parametrize("keywords", [dict(temperature=0.0), dict(SAMPLED, seed=5)], ids=["greedy", "sampled"])
+def test_bursts_equal_llama_completion(tiny_model_path: Path, keywords: dict) -> None:
+    """A lone streamed completion on the tiny model takes its tokens in bursts (several decodes per tick,
+    each token chosen natively, engine.slot.Burst): the text is llama-completion's all the same."""
+    flags = ["--temp", "0"] if keywords["temperature"] == 0.0 else [*SAMPLED_FLAGS, "-s", "5"]
+    with Llama(str(tiny_model_path), n_ctx=512, n_threads=2, n_threads_batch=2, verbose=False) as llm:
+        for prompt in PROMPTS[:3]:
+            expected = llama_completion(tiny_model_path, prompt, 48, extra=flags).decode("utf-8", errors="replace")
+            before = llm.scheduler.stats().n_burst_decodes
+            chunks = llm.create_completion(prompt, max_tokens=48, stream=True, **keywords)
+            assert "".join(c["choices"][0]["text"] for c in chunks) == expected, prompt
+            assert llm.scheduler.stats().n_burst_decodes > before

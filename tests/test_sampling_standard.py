@@ -124,20 +124,27 @@ def test_greedy_fast_path_equals_the_native_chain_with_bias(llm: Llama) -> None:
     assert fast == chain
 
 
-class _CountingLib:
-    """The native library as the engine's sampler sees it, counting the top-k path's answers."""
+class _TopPathCounts:
+    """What the top-k path of every sequence sampler made from now on did, read from their native choices:
+    tokens chosen from the tokens near the best logit (``cut``), and tokens left to the whole vocabulary."""
 
-    def __init__(self, lib: Any) -> None:
-        self._lib = lib
-        self.answers: list[int] = []
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.samplers: list[engine_sampler.SequenceSampler] = []
+        init = engine_sampler.SequenceSampler.__init__
 
-    def llama_cpp_native_sample_top(self, *args: Any) -> int:
-        token = self._lib.llama_cpp_native_sample_top(*args)
-        self.answers.append(token)
-        return token
+        def kept(sampler: engine_sampler.SequenceSampler, *args: Any, **kwargs: Any) -> None:
+            init(sampler, *args, **kwargs)
+            self.samplers.append(sampler)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._lib, name)
+        monkeypatch.setattr(engine_sampler.SequenceSampler, "__init__", kept)
+
+    @property
+    def cut(self) -> int:
+        return sum(s.choice.n_top_cut for s in self.samplers)
+
+    @property
+    def whole(self) -> int:
+        return sum(s.choice.n_top_whole for s in self.samplers)
 
 
 def _whole_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,8 +170,7 @@ def test_top_k_candidates_choose_what_the_whole_vocabulary_chooses(llm: Llama, m
     among the k best; with equal logits among the best (where llama.cpp's partial sort has an order of its
     own) it gets the whole vocabulary.  Either way it draws what it draws from the whole vocabulary, token
     for token; a bias that lifts weak tokens into the best and pushes strong ones out changes nothing there."""
-    counting = _CountingLib(engine_sampler.lib)
-    monkeypatch.setattr(engine_sampler, "lib", counting)
+    counts = _TopPathCounts(monkeypatch)
     if bias == "strong":
         greedy = _tokens(llm, 8, temperature=0.0)
         weak = [llm.tokenize(w.encode(), add_bos=False)[0] for w in (" banana", " umbrella", " seventeen")]
@@ -173,13 +179,13 @@ def test_top_k_candidates_choose_what_the_whole_vocabulary_chooses(llm: Llama, m
                     logit_bias=bias or None, ignore_eos=True)
     fast = _tokens(llm, 64, **keywords)
     if processor is None:
-        assert len(counting.answers) >= 64 and all(t >= 0 for t in counting.answers)
+        assert counts.cut >= 64 and counts.whole == 0
     else:
-        assert -1 in counting.answers  # the ties sent some tokens to the whole vocabulary
+        assert counts.whole > 0  # the ties sent some tokens to the whole vocabulary
     _whole_vocabulary(monkeypatch)
-    counting.answers.clear()
+    counts.samplers.clear()
     assert _tokens(llm, 64, **keywords) == fast
-    assert counting.answers == []
+    assert counts.cut == counts.whole == 0
 
 
 @pytest.mark.parametrize(("keywords", "leading"), [

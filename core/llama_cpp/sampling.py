@@ -330,10 +330,17 @@ def chain_failure(code: int, where: str) -> Exception:
     return RuntimeError(f"the sampler chain failed on {where}")
 
 
-class SamplerChain:
-    """An owned native ``llama_sampler`` chain."""
+def _calls_python(kept: Sequence[Any]) -> bool:
+    """Whether a chain whose stages keep ``kept`` alive calls back into Python (``ChainContext.callback``'s
+    functions, or any other ``ffi.callback``): its native sampling then needs the interpreter, and what the
+    callbacks raise is only seen between two native calls."""
+    return any(isinstance(item, ffi.CData) and ffi.typeof(item).kind == "function" for item in kept)
 
-    __slots__ = ("ptr", "active", "leading_top", "errors", "_keep")
+
+class SamplerChain:
+    """An owned native ``llama_sampler`` chain.  ``calls_python``: a stage's sampler calls back into Python."""
+
+    __slots__ = ("ptr", "active", "leading_top", "errors", "calls_python", "_keep")
 
     def __init__(self, ctx: ChainContext) -> None:
         sparams = lib.llama_sampler_chain_default_params()
@@ -345,6 +352,7 @@ class SamplerChain:
         self.leading_top = 0
         self.errors = ctx.errors  # what its stages' callbacks raised (ChainContext.callback): raise_stage_error
         self._keep = ctx.keep
+        self.calls_python = False
         try:
             filters, finals = _ordered_stages(ctx.params)
             for stage in filters:
@@ -367,6 +375,7 @@ class SamplerChain:
         except BaseException:
             self.close()
             raise
+        self.calls_python = _calls_python(ctx.keep)
 
     @classmethod
     def adopt(cls, ptr: Any, ctx: ChainContext, active: Sequence[str] = (), leading_top: int = 0) -> SamplerChain:
@@ -377,6 +386,7 @@ class SamplerChain:
         chain = cls.__new__(cls)
         chain.ptr, chain.active, chain.leading_top, chain._keep = ptr, list(active), leading_top, ctx.keep
         chain.errors = ctx.errors
+        chain.calls_python = _calls_python(ctx.keep)
         return chain
 
     @property

@@ -15,8 +15,9 @@ import sysconfig
 from pathlib import Path
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "shim"
-# the shim's translation units: the entry points to llama.cpp's common code, and the top-k sampling path
-SOURCES = ("llama_cpp_native_shim.cpp", "sample_top.cpp")
+# the shim's translation units: the entry points to llama.cpp's common code, the top-k sampling path, and
+# the token choice with its bursts of decodes
+SOURCES = ("llama_cpp_native_shim.cpp", "sample_top.cpp", "token_choice.cpp")
 
 
 def library_name() -> str:

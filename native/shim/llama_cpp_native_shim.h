@@ -146,6 +146,39 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_candidates(struct 
 LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample(struct llama_sampler * chain,
         struct llama_context * ctx, int32_t idx);
 
+/* How a sequence's next token is chosen from an output of a decode: the engine decides it once per request
+ * (llama_cpp.engine.sampler.SequenceSampler) and every token of the request is chosen by it, one at a time
+ * (llama_cpp_native_choose) or in a burst (llama_cpp_native_decode_burst). */
+struct llama_cpp_native_choice {
+    struct llama_sampler * chain;   /* the request's chain (not used when argmax is set) */
+    int32_t n_vocab;
+    int32_t argmax;                 /* the chain is argmax after at most the logit bias: the first maximum of the
+                                     * biased row, as llama.cpp's greedy sampler takes it, with no candidate array */
+    int32_t top_n;                  /* > 0: the chain begins with a top-k of top_n (after at most the bias):
+                                     * llama_cpp_native_sample_top, else the whole vocabulary */
+    const llama_token * bias_ids;   /* the logit bias, ascending ids (for argmax and top_n), n_bias of them */
+    const float * bias_values;
+    int32_t n_bias;
+    int32_t n_top_cut;              /* counters: tokens the top-k path chose from the tokens near the best logit, */
+    int32_t n_top_whole;            /* and those it left to the whole vocabulary (equal or NaN logits) */
+};
+
+/* The token `choice` chooses from output idx of the last decode on ctx (accepted into its chain); negative as
+ * llama_cpp_native_sample returns it: -1 no logits at idx, -2 the chain failed, -3 it left no candidate. */
+LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_choose(struct llama_cpp_native_choice * choice,
+        struct llama_context * ctx, int32_t idx);
+
+/* Decode `batch` (*status: llama_decode's status; nothing more is done unless it is 0) and choose a token from
+ * its last output; then, while fewer than n_max tokens are chosen, the last is no end-of-generation token of
+ * stop_vocab (NULL: none ends it) and budget_us have not passed since the call began, decode that token alone
+ * in seq_id at position pos, pos + 1 ... and choose the next from it.  The chosen tokens go to out; returns
+ * how many.  The last chosen token is never decoded.  A failed choice ends the burst with its code in
+ * *failure (0 when none failed); a failed later decode ends it too, leaving memory as it was. */
+LLAMA_CPP_NATIVE_SHIM_API int32_t llama_cpp_native_decode_burst(struct llama_context * ctx,
+        struct llama_batch batch, struct llama_cpp_native_choice * choice, llama_seq_id seq_id, llama_pos pos,
+        int32_t n_max, int64_t budget_us, const struct llama_vocab * stop_vocab, llama_token * out,
+        int32_t * status, int32_t * failure);
+
 #ifdef __cplusplus
 }
 #endif

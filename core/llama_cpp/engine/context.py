@@ -195,6 +195,22 @@ class Context:
         self._abort_gate.enabled = interruptible
         return self.compute.run(self._decode_interruptible if interruptible else self._decode_batch)
 
+    def decode_burst(self, choice: Any, seq_id: int, position: int, n_max: int, budget_s: float,
+                     stop_vocab: Any) -> tuple[int, list[int], int]:
+        """Decode the batch, whose last row is ``seq_id``'s, then go on decoding that sequence alone, one
+        chosen token at a time from ``position`` on, for at most ``n_max`` chosen tokens and ``budget_s``
+        seconds (``llama_cpp_native_decode_burst``): the batch's status, the chosen tokens (the last of them
+        not decoded), and a failed choice's code (0 if none failed).  ``choice`` is the sequence's
+        ``struct llama_cpp_native_choice``; ``stop_vocab`` the vocabulary whose end-of-generation tokens
+        end the burst, or ``ffi.NULL``.  Bursts are one-row batches: never interruptible (see ``decode``)."""
+        out = ffi.new("llama_token[]", n_max)
+        status, failure = ffi.new("int32_t *"), ffi.new("int32_t *")
+        self._abort_gate.enabled = False
+        ptr, batch, budget_us = self.ptr, self.batch, int(budget_s * 1e6)
+        n = self.compute.run(lambda: lib.llama_cpp_native_decode_burst(
+            ptr, batch.native(), choice, seq_id, position, n_max, budget_us, stop_vocab, out, status, failure))
+        return status[0], ffi.unpack(out, n), failure[0]
+
     def _decode_interruptible(self) -> int:
         with hush_when_aborted(self._abort.is_set):
             status = self._decode_batch()

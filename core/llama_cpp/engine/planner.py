@@ -9,8 +9,10 @@ memory only through the ledgers (:mod:`.ledger`), which keep what each sequence 
 Each tick it ``select``-s the slots that can advance (one adapter set per tick, the one that waited
 longest) and ``pack``-s their rows into a :class:`.slot.TickPlan`: prompt chunks cut at media chunks and
 checkpoint marks, each running sequence's step tokens (the pending token, any draft), within the batch's
-size and the decode's logits rows.  The runner (:mod:`.runner`) executes the plan; the update
-(:mod:`.update`) applies its results.
+size and the decode's logits rows.  A plan whose one row is a lone sequence's step may go on as a burst
+(:class:`.slot.Burst`): while nothing else waits, the runner decodes token after token of that sequence,
+as many as its reader lets run ahead, within :data:`BURST_BUDGET_S`.  The runner (:mod:`.runner`) executes
+the plan; the update (:mod:`.update`) applies its results.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 import warnings
 from typing import Any, Callable
 
+from llama_cpp_native import ffi
+
 from .._adapters import NO_ADAPTERS
 from .checkpoints import HybridCheckpointCache, reachable
 from .context import Context, RowMode
@@ -28,12 +32,18 @@ from .media import next_chunk
 from .policy import Policy, Ticket
 from .prefix import common_prefix
 from .request import PromptProgress, Request, RequestState, Suspended
-from .slot import BatchRow, MediaRow, RowKind, Slot, TickPlan
+from .slot import BatchRow, Burst, MediaRow, RowKind, Slot, TickPlan
 from .stats import Counters
 from .step import DraftWanted, Step
 
 # the share of a prompt a sequence must already hold for its memory to decide where the prompt goes
 MIN_PREFIX_SHARE = 0.1
+# how long a burst may go on deciding tokens before the tick ends (seconds).  A tick's Python costs about
+# 30 µs; a token of a tiny model decodes in 300 µs, one of a model of 100M parameters or more in several
+# milliseconds.  Bursts of up to 5 ms take the tiny model's tokens several at a time and leave a bigger
+# model at one token per tick (its first decode is over the budget already): a reader then sees no
+# coarser stream, and a request that arrives waits no longer for the engine than it waits for one token.
+BURST_BUDGET_S = 0.005
 
 
 def pin_chunk_end(request: Request, end: int) -> int:
@@ -52,7 +62,9 @@ class Planner:
 
     def __init__(self, ctx: Context, step: Step, slots: list[Slot], counters: Counters, *, n_keep: int,
                  logits_all: bool, max_outputs: int, policy: Policy,
-                 checkpoints: HybridCheckpointCache | None) -> None:
+                 checkpoints: HybridCheckpointCache | None, burst_vocab: Any = None) -> None:
+        """``burst_vocab``: the model's vocabulary (whose end-of-generation tokens end a burst) where lone
+        sequences may burst, None where they may not."""
         self.ctx = ctx
         self.step = step
         self.slots = slots
@@ -62,6 +74,7 @@ class Planner:
         self.max_outputs = max_outputs  # logits rows one decode may ask for (n_outputs_max)
         self.policy = policy
         self.checkpoints = checkpoints
+        self.burst_vocab = burst_vocab if step.bursts and not step.observes_batches and not logits_all else None
         self.waiting: collections.deque[Request] = collections.deque()
         self.current = slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
         # a prompt cache (llama_cpp.llama_cache): consulted when a request takes a sequence, given the
@@ -569,7 +582,25 @@ class Planner:
                     request.sent.clear()
             rows.append(BatchRow(slot, fed, len(ledger.tokens), used, mode, kind))
             used += n_fed
+        if len(rows) == 1 and rows[0].kind is RowKind.STEP and self.burst_vocab is not None and not ahead \
+                and not plan.media and not self.waiting:
+            return plan._replace(burst=self._burst(rows[0]))
         return plan
+
+    def _burst(self, row: BatchRow) -> Burst | None:
+        """How far a lone sequence's step may go on after its decode, if its sampling is all native and its
+        reader lets it take two tokens or more: no further than its reader may fall behind, its
+        ``max_tokens`` and its context (its memory holds its tokens but the last)."""
+        slot, request = row.slot, row.slot.serving
+        sampler = slot.chain
+        if request.logprobs is not None or not sampler.chooses_alone:
+            return None
+        n_max = min(request.read_ahead - len(request.events), request.max_tokens - request.n_generated,
+                    self.ctx.n_ctx_seq - len(slot.ledger) - len(row.fed) + 1)
+        if n_max < 2:
+            return None
+        stop_vocab = ffi.NULL if request.params.ignore_eos else self.burst_vocab
+        return Burst(sampler.choice, n_max, BURST_BUDGET_S, stop_vocab)
 
     def _plan_media(self, slot: Slot, plan: TickPlan) -> None:
         """The media chunk at the slot's prefill point goes into the plan (room made for it first)."""

@@ -3,9 +3,10 @@
 A tick's plan (:class:`.slot.TickPlan`) is media chunks to evaluate and one batch of rows.  The runner
 sets the plan's adapters on the context (only when they differ from what is set: llama.cpp re-reserves
 its graph on every change), evaluates each media chunk with mtmd's own decodes, writes the rows into the
-batch, calls ``llama_decode`` once, and shows the decoded batch to a step that observes batches.  It
-changes no ledger and no request: it reports what happened (:class:`Decoded`) and the update
-(:mod:`.update`) applies it.  Embeddings (:mod:`.embedder`) go through the same batch writing and decode.
+batch, calls ``llama_decode`` once, and shows the decoded batch to a step that observes batches; a plan
+with a burst goes on decoding its one sequence natively, choosing each next token by its sampler's native
+choice (:class:`.slot.Burst`).  It changes no ledger and no request: it reports what happened
+(:class:`Decoded`) and the update (:mod:`.update`) applies it.  Embeddings (:mod:`.embedder`) go through the same batch writing and decode.
 
 :class:`Runner` is the seam: the scheduler calls nothing else of the native side to decode, so tests run
 the planner and the update with a runner that decodes nothing.
@@ -32,6 +33,10 @@ class Decoded(NamedTuple):
     status: int  # llama_decode's status (0 also when the plan had no rows; DECODE_ABORTED after an abort)
     error: BaseException | None  # set when nothing was decoded because llama.cpp refused the adapters
     media_errors: Mapping[int, BaseException]  # by index into plan.media: the chunks that are not in memory
+    # a burst's chosen tokens (all but the last decoded after the batch), and the code of a choice that
+    # failed after them (llama_cpp_native_choose's, 0 if none)
+    chosen: Sequence[int] = ()
+    choice_failure: int = 0
 
 
 # the usual outcome, one object for every tick that has it (a tick of one token should allocate little)
@@ -82,6 +87,11 @@ class ContextRunner:
             self._use_adapters(plan)
         except Exception as exc:  # noqa: BLE001 - llama.cpp refused the adapters: those requests end with it
             return Decoded(-1, exc, failed)
+        if plan.burst is not None:
+            row, burst = plan.rows[0], plan.burst
+            status, chosen, failure = self.ctx.decode_burst(burst.choice, row.slot.seq_id, row.position + len(row.fed),
+                                                            burst.n_max, burst.budget_s, burst.stop_vocab)
+            return Decoded(status, None, failed, chosen, failure)
         if not self.step.observes_batches:
             status = self.ctx.decode()
         else:

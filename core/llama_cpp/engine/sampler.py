@@ -71,18 +71,16 @@ def chain_context(model: Model, n_ctx: int, params: SamplingParams, history: Seq
 class SequenceSampler:
     """Chooses each next token of one sequence from its logits row.
 
-    A chain that is only argmax (after at most a logit bias) needs no
-    candidate array of the whole vocabulary: numpy's argmax over the row picks
-    the same token as llama.cpp's greedy sampler (the first maximum), and the
-    bias is accounted for without touching the row.  Nor does a chain that
-    begins with a small top-k: it is handed the tokens near the best logit,
-    which its top-k cuts to the same survivors in the same order (the shim's
-    ``llama_cpp_native_sample_top``; the whole row when equal logits make the
-    order llama.cpp's own).
+    How is decided once, into a native ``struct llama_cpp_native_choice`` (:attr:`choice`), and every token
+    is chosen by the shim's ``llama_cpp_native_choose``, whether one at a time here or in a burst of decodes
+    (:class:`.slot.Burst`).  A chain that is only argmax (after at most a logit bias) needs no candidate
+    array of the whole vocabulary: the first maximum of the biased row is the token llama.cpp's greedy
+    sampler picks, found without writing into the row.  Nor does a chain that begins with a small top-k: it
+    is handed the tokens near the best logit, which its top-k cuts to the same survivors in the same order
+    (``llama_cpp_native_sample_top``; the whole row when equal logits make the order llama.cpp's own).
     """
 
-    __slots__ = ("params", "chain", "_argmax", "_bias_ids", "_bias_values", "_banned", "_finite", "_processor",
-                 "_stop", "_top_n", "_top_bias", "history", "_kept_n", "kept")
+    __slots__ = ("params", "chain", "choice", "_processor", "_stop", "_bias", "history", "_kept_n", "kept")
 
     def __init__(self, params: SamplingParams, chain_context: ChainContext, prompt: Sequence[int],
                  logits_processor: Callable[..., Any] | None = None,
@@ -99,23 +97,32 @@ class SequenceSampler:
         self._processor = logits_processor
         self._stop = stopping_criteria
         self.history = TokenHistory(prompt) if logits_processor is not None or stopping_criteria is not None else None
-        self._argmax = self.chain.biased_argmax and logits_processor is None
+        n_vocab = chain_context.n_vocab
+        argmax = self.chain.biased_argmax and logits_processor is None
         # a chain that begins with a top-k much smaller than the vocabulary (after at most the logit bias)
         # samples from the tokens that can survive it (llama_cpp_native_sample_top)
         n_top = self.chain.leading_top
-        self._top_n = n_top if not self._argmax and n_top <= chain_context.n_vocab // 64 else 0
-        biased = self._argmax or (self._top_n > 0 and self.chain.active[0] == "logit_bias")
-        bias = effective_logit_bias(params, chain_context.n_vocab, chain_context.eog_tokens) if biased else {}
-        order = sorted(bias)  # ascending ids: among equal values the lowest id wins, as in a full argmax
-        self._bias_ids = np.asarray(order, dtype=np.intp)
-        self._bias_values = np.asarray([bias[t] for t in order], dtype=np.float32)
-        self._banned = frozenset(bias)  # tokens whose raw score must not decide alone
-        self._finite = any(v != float("-inf") for v in bias.values())  # -inf alone (ignore_eos) cannot win
-        # the bias as the top-k path passes it: the chain's own bias sampler adds it, the search ranks by it
-        self._top_bias: tuple[Any, Any, int] = (ffi.NULL, ffi.NULL, 0)
-        if order:  # (the cdata keep their numpy arrays alive)
-            self._top_bias = (ffi.from_buffer("llama_token[]", self._bias_ids.astype(np.int32)),
-                              ffi.from_buffer("float[]", self._bias_values), len(order))
+        top_n = n_top if not argmax and n_top <= n_vocab // 64 else 0
+        choice = ffi.new("struct llama_cpp_native_choice *")
+        choice.chain, choice.n_vocab, choice.argmax, choice.top_n = self.chain.ptr, n_vocab, argmax, top_n
+        self._bias: tuple[Any, ...] = ()
+        if argmax or (top_n > 0 and self.chain.active[0] == "logit_bias"):
+            bias = effective_logit_bias(params, n_vocab, chain_context.eog_tokens)
+            order = sorted(bias)  # ascending ids: among equal values the lowest id wins, as in a full argmax
+            if order:  # (the choice points into these arrays: they live as long as it)
+                self._bias = (np.asarray(order, dtype=np.int32), np.asarray([bias[t] for t in order], dtype=np.float32))
+                choice.bias_ids = ffi.from_buffer("llama_token[]", self._bias[0])
+                choice.bias_values = ffi.from_buffer("float[]", self._bias[1])
+                choice.n_bias = len(order)
+        self.choice = choice
+
+    @property
+    def chooses_alone(self) -> bool:
+        """Whether :attr:`choice` is all there is to sampling a token: no Python hook sees the row or the
+        tokens, nothing is reported, and no stage of the chain calls back into Python; a burst may then
+        choose this sequence's tokens natively."""
+        return self._processor is None and self._stop is None and self._kept_n is None and \
+            not self.chain.calls_python
 
     def sample(self, ctx: Context, row: int) -> tuple[int, np.ndarray | None]:
         """The next token from batch row ``row``, and the raw row if a processor edited the buffer."""
@@ -127,33 +134,24 @@ class SequenceSampler:
             edited = self._processor(self.history.view(), view)
             if edited is not view and edited is not None:
                 view[:] = edited
-        if self._argmax and self._kept_n is None:
-            return self._biased_argmax(ctx.logits_row(row)), None
-        token = self._sample_reporting(ctx, row, self._kept_n) if self._kept_n is not None else \
-            self._sample_native(ctx, row)
+        if self._kept_n is not None:
+            token = self._sample_reporting(ctx, row, self._kept_n)
+        else:
+            token = lib.llama_cpp_native_choose(self.choice, ctx.ptr, row)
         if self.chain.errors:  # a stage's Python callback raised inside llama.cpp
             self.chain.raise_stage_error()
-        return token, raw
-
-    def _sample_native(self, ctx: Context, row: int) -> int:
-        if self._top_n:
-            token = lib.llama_cpp_native_sample_top(self.chain.ptr, ctx.ptr, row, self._top_n, *self._top_bias)
-            if token >= 0:
-                return token
-            if token != -1:  # -1: the candidates cannot be cut safely, every token is one
-                raise chain_failure(token, "the candidates of its top-k")
-        token = lib.llama_cpp_native_sample(self.chain.ptr, ctx.ptr, row)
         if token < 0:
             raise chain_failure(token, f"output {row}")
-        return token
+        return token, raw
 
     def _sample_reporting(self, ctx: Context, row: int, n: int) -> int:
         """Sample from every candidate and keep, under ``row``, what the chain left of them (``kept``).  The
         argmax chain leaves its one token, certain (llama.cpp's greedy sampler computes no probabilities; a
         zero temperature followed by a distribution, llama-server's greedy chain, gives that token 1)."""
-        if self._argmax:
-            token = self._biased_argmax(ctx.logits_row(row))
-            self.kept[row] = (0.0, ((token, 0.0),) if n else ())
+        if self.choice.argmax:
+            token = int(lib.llama_cpp_native_choose(self.choice, ctx.ptr, row))
+            if token >= 0:
+                self.kept[row] = (0.0, ((token, 0.0),) if n else ())
             return token
         ids = np.empty(n, dtype=np.int32)
         probs = np.empty(n, dtype=np.float32)
@@ -161,29 +159,12 @@ class SequenceSampler:
         token = lib.llama_cpp_native_sample_candidates(self.chain.ptr, ctx.ptr, row, n, ffi.from_buffer(
             "llama_token[]", ids), ffi.from_buffer("float[]", probs), n_out, p_token)
         if token < 0:
-            raise chain_failure(token, f"output {row}")
+            return int(token)
         with np.errstate(divide="ignore"):
             logs = np.log(probs[:n_out[0]].astype(np.float64))
             self.kept[row] = (float(np.log(np.float64(p_token[0]))),
                               tuple(zip(ids[:n_out[0]].tolist(), logs.tolist())))
         return int(token)
-
-    def _biased_argmax(self, row: np.ndarray) -> int:
-        best = int(row.argmax())
-        if not self._banned:
-            return best
-        if best in self._banned:  # the raw winner is biased: rank every token
-            shifted = row.copy()
-            shifted[self._bias_ids] += self._bias_values
-            return int(shifted.argmax())
-        if not self._finite:
-            return best
-        ids = self._bias_ids
-        biased = row[ids] + self._bias_values
-        j = int(biased.argmax())
-        if biased[j] > row[best] or (biased[j] == row[best] and ids[j] < best):
-            return int(ids[j])
-        return best
 
     def stops(self, token: int, logits: np.ndarray) -> bool:
         """The request's stopping criteria on the ids including ``token`` and the row it came from."""

@@ -80,7 +80,9 @@ class Scheduler:
             self.checkpoints = HybridCheckpointCache(ctx, ledgers=[s.ledger for s in self.slots], **options)
         self.planner = Planner(ctx, self.step, self.slots, self.counters, n_keep=n_keep, logits_all=logits_all,
                                max_outputs=max_outputs or ctx.n_batch, policy=policy or Policy(),
-                               checkpoints=self.checkpoints)
+                               checkpoints=self.checkpoints,
+                               # (with overlap a tick's Python runs while the device computes: no burst)
+                               burst_vocab=None if overlap else model.vocab)
         # whether a token ends a generation, asked of every sampled token: a set's lookup costs less than
         # the call into the vocabulary
         is_eog = frozenset(model.eog_tokens()).__contains__

@@ -93,12 +93,24 @@ class MediaRow(NamedTuple):
     position: int
 
 
+class Burst(NamedTuple):
+    """A lone sequence's tick that goes on after its decode (:data:`.step.Step.bursts`): the runner chooses
+    a token from the batch's last row by ``choice`` (its sampler's ``struct llama_cpp_native_choice``), decodes
+    it alone, and so on, for at most ``n_max`` tokens and ``budget_s`` seconds, stopping after an
+    end-of-generation token of ``stop_vocab`` (``ffi.NULL``: none stops it)."""
+
+    choice: Any
+    n_max: int
+    budget_s: float
+    stop_vocab: Any
+
+
 class TickPlan(NamedTuple):
     """What one tick runs: media chunks first, then one batch, all under one adapter set (``adapters``, as
     ``Adapters.apply`` takes it, and its ``adapter_key``: every request served shares them); ``refused``
     are the slots whose tokens could not be made to fit, with the reason.  ``ahead``: started before the
     readers had seen the last tokens (the scheduler's overlap), so a reader that stopped meanwhile never
-    asked for its rows, and they leave memory."""
+    asked for its rows, and they leave memory.  ``burst``: the plan's one row goes on decoding (:class:`Burst`)."""
 
     rows: list[BatchRow]
     media: list[MediaRow]
@@ -106,3 +118,4 @@ class TickPlan(NamedTuple):
     adapter_key: AdapterKey
     adapters: tuple[Any, Any]
     ahead: bool = False
+    burst: Burst | None = None

@@ -199,6 +199,7 @@ class SpeculativeStep:
 
     observes_batches = True
     drafts = True
+    bursts = False
 
     def __init__(self, engine: LlamaSpecEngine, *, max_draft: int, name: str = "", ctx: Context | None = None,
                  rollback_states: int | None = None, verbose: bool = False) -> None:

@@ -10,6 +10,7 @@ class Counters:
     """Running totals, written by the engine's parts under its lock (or by the tick's driver alone)."""
 
     n_decodes: int = 0  # llama_decode calls (embeddings included)
+    n_burst_decodes: int = 0  # of those, the ones a burst made after its tick's batch (engine.slot.Burst)
     n_tokens_decoded: int = 0  # batch rows decoded
     n_sequences_decoded: int = 0  # sequences served, summed over decodes
     n_prompt_tokens: int = 0  # prompt tokens evaluated (not reused from a prefix, a fork or a cache)

@@ -8,7 +8,10 @@ rolls the rest back.  The engine does not know which kind of step it runs: the p
 what a running sequence feeds (``feed``) and the update what it takes out (``take``); both tell every
 step when a sequence starts and ends a request and when its memory is cut back.  A step that ``drafts``
 is asked to ``prepare`` every running sequence's draft before a batch is packed, and one that
-``observes_batches`` sees every decoded batch.
+``observes_batches`` sees every decoded batch.  A step that ``bursts`` takes nothing from a decode but the
+sequence's sampler's token from its last row, so a lone sequence may take several tokens in one tick: the
+runner decodes each chosen token right away, natively (:class:`.slot.Burst`), and the update hands them
+out as the step's samples.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Step(Protocol):
 
     observes_batches: bool  # decoded() is called after every decode
     drafts: bool  # prepare() is called before every batch is packed
+    bursts: bool  # take() is the sampler's token from the last row and nothing else (see the module's docstring)
 
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> Any:
         """A request starts generating on ``seq_id``, whose memory holds ``tokens``: the sequence's state."""
@@ -96,6 +100,7 @@ class PlainStep:
 
     observes_batches = False
     drafts = False
+    bursts = True
 
     def begin(self, seq_id: int, tokens: Sequence[int], started: float) -> None:
         return None  # nothing kept per sequence

@@ -21,6 +21,7 @@ from .media import media_entries
 from .planner import Planner
 from .request import PromptProgress, Request, RequestState, TokenEvent
 from .runner import Decoded
+from ..sampling import chain_failure
 from .sampler import SequenceSampler, token_logprob
 from .slot import BatchRow, RowKind, Slot, TickPlan
 from .stats import Counters
@@ -66,13 +67,17 @@ class Update:
             self._decode_failed(rows, decoded, outcomes)
             return outcomes
         counters = self.counters
-        counters.n_decodes += 1
-        counters.n_tokens_decoded += rows[-1].first + len(rows[-1].fed)
-        counters.n_sequences_decoded += len(rows)
+        burst = decoded.chosen[:-1]  # the tokens a burst decoded after the batch, one decode each
+        counters.n_decodes += 1 + len(burst)
+        counters.n_burst_decodes += len(burst)
+        counters.n_tokens_decoded += rows[-1].first + len(rows[-1].fed) + len(burst)
+        counters.n_sequences_decoded += len(rows) + len(burst)
         self.planner.ticks += 1
         now = self.planner.ticks
         for row in rows:
             slot, fed = row.slot, row.fed
+            if burst:  # (a burst's plan has this one row)
+                fed = [*fed, *burst]
             request = slot.request
             if plan.ahead and (request is None or request.cancelled):
                 self._unasked(slot)
@@ -89,7 +94,8 @@ class Update:
             if request.ticket is not None:
                 request.ticket.n_decoded += len(fed)
             if row.kind is RowKind.STEP:
-                outcomes.append((slot, self._advance(row, request)))
+                outcomes.append((slot, self._advance(row, request) if plan.burst is None else
+                                 self._burst_taken(row, request, decoded)))
                 continue
             request.n_prompt_evaluated += len(fed)
             counters.n_prompt_tokens += len(fed)
@@ -229,6 +235,17 @@ class Update:
         outcome = self._outcome(slot, request, sampler, samples)
         if replay and outcome.finish is None:  # decoded again, then the last sampled token
             slot.pending = [*replay, *slot.pending]
+        return outcome
+
+    def _burst_taken(self, row: BatchRow, request: Request, decoded: Decoded) -> Outcome:
+        """A burst's chosen tokens are the step's samples (the step ``bursts``: it would have taken the same
+        token from the last row); a choice that failed after them ends the request with its error."""
+        last = row.rows[-1]
+        if not decoded.chosen:
+            return Outcome(finish="error", error=chain_failure(decoded.choice_failure, f"output {last}"))
+        outcome = self._outcome(row.slot, request, row.slot.chain, [Sampled(token, last) for token in decoded.chosen])
+        if decoded.choice_failure and outcome.finish is None:
+            outcome.finish, outcome.error = "error", chain_failure(decoded.choice_failure, f"output {last}")
         return outcome
 
     def _outcome(self, slot: Slot, request: Request, sampler: SequenceSampler, samples: Sequence[Sampled]) -> Outcome:

@@ -1,0 +1,181 @@
+// llama_cpp_native_choose and llama_cpp_native_decode_burst (llama_cpp_native_shim.h): the engine's one rule
+// for choosing a sequence's next token, and a run of one-token decodes that applies it without returning to
+// Python between tokens.
+//
+// On a tiny model a token decodes in a few hundred microseconds, and the Python work of a tick (plan, batch,
+// update, sampling call) is a tenth of that; llama.cpp's own tools pay none of it.  A lone sequence whose
+// sampling is all native can therefore take several tokens per tick: the tick's decode, then decode after
+// decode here, each token chosen exactly as the per-token path chooses it, because both call the same
+// function.
+#include "llama_cpp_native_shim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// four floats at once, in GCC's and Clang's vector extensions (SSE on x86, NEON on ARM)
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f load4(const float * p) {
+    v4f v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// The lanes keep what they hold when the new value is NaN (a NaN compares false), as llama.cpp's greedy
+// sampler never moves to a NaN.
+static inline v4f keep_max(v4f best, v4f x) {
+    return x > best ? x : best;
+}
+
+// The index of the first maximum of row[0..n) (llama.cpp's greedy sampler picks the first one); NaN logits
+// never win unless the row starts with one, as in that sampler.
+static int32_t first_max(const float * row, int32_t n) {
+    constexpr int32_t STRIDE = 32;  // eight vectors: enough independent maxima to hide their latency
+    float best = row[0];
+    int32_t i = 0;
+    if (n >= STRIDE) {
+        v4f m[8];
+        for (int k = 0; k < 8; ++k) {
+            m[k] = load4(row + 4 * k);
+        }
+        for (i = STRIDE; i + STRIDE <= n; i += STRIDE) {
+            for (int k = 0; k < 8; ++k) {
+                m[k] = keep_max(m[k], load4(row + i + 4 * k));
+            }
+        }
+        for (int k = 1; k < 8; ++k) {
+            m[0] = keep_max(m[0], m[k]);
+        }
+        for (int k = 0; k < 4; ++k) {
+            best = m[0][k] > best ? m[0][k] : best;
+        }
+    }
+    for (; i < n; ++i) {
+        best = row[i] > best ? row[i] : best;
+    }
+    if (best != best) {  // the row starts with NaN and nothing compares greater
+        return 0;
+    }
+    const v4f target = {best, best, best, best};
+    int32_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const v4i hit = load4(row + j) == target;
+        if (hit[0] | hit[1] | hit[2] | hit[3]) {
+            break;
+        }
+    }
+    for (; j < n; ++j) {
+        if (row[j] == best) {
+            return j;
+        }
+    }
+    return 0;
+}
+
+// The first maximum of the row with bias_values added to the logits of bias_ids (ascending), without
+// writing into the row: the raw winner, unless it is biased itself (then every logit is ranked, biased) or
+// a biased token reaches it.
+static int32_t biased_first_max(const float * row, int32_t n, const llama_token * bias_ids, const float * bias_values,
+                                int32_t n_bias) {
+    const int32_t raw = first_max(row, n);
+    const llama_token * bias_end = bias_ids + n_bias;
+    if (n_bias == 0) {
+        return raw;
+    }
+    if (std::binary_search(bias_ids, bias_end, raw)) {
+        int32_t best = -1;
+        float best_value = -INFINITY;
+        const llama_token * next = bias_ids;
+        for (int32_t i = 0; i < n; ++i) {
+            float value = row[i];
+            if (next != bias_end && *next == i) {
+                value += bias_values[next - bias_ids];
+                ++next;
+            }
+            if (best < 0 || value > best_value) {
+                best = i;
+                best_value = value;
+            }
+        }
+        return best;
+    }
+    int32_t best = raw;
+    float best_value = row[raw];
+    for (int32_t j = 0; j < n_bias; ++j) {
+        const llama_token id = bias_ids[j];
+        if (id < 0 || id >= n) {
+            continue;
+        }
+        const float value = row[id] + bias_values[j];
+        if (value > best_value || (value == best_value && id < best)) {
+            best = id;
+            best_value = value;
+        }
+    }
+    return best;
+}
+
+extern "C" llama_token llama_cpp_native_choose(struct llama_cpp_native_choice * choice, struct llama_context * ctx,
+                                               int32_t idx) {
+    if (choice->argmax) {
+        const float * row = llama_get_logits_ith(ctx, idx);
+        if (row == nullptr) {
+            return -1;
+        }
+        return biased_first_max(row, choice->n_vocab, choice->bias_ids, choice->bias_values, choice->n_bias);
+    }
+    if (choice->top_n > 0) {
+        const llama_token token = llama_cpp_native_sample_top(choice->chain, ctx, idx, choice->top_n, choice->bias_ids,
+                                                              choice->bias_values, choice->n_bias);
+        if (token != -1) {
+            choice->n_top_cut += token >= 0;
+            return token;
+        }
+        ++choice->n_top_whole;  // equal logits among the best, or a NaN: the whole vocabulary decides
+    }
+    return llama_cpp_native_sample(choice->chain, ctx, idx);
+}
+
+extern "C" int32_t llama_cpp_native_decode_burst(struct llama_context * ctx, struct llama_batch batch,
+                                                 struct llama_cpp_native_choice * choice, llama_seq_id seq_id,
+                                                 llama_pos pos, int32_t n_max, int64_t budget_us,
+                                                 const struct llama_vocab * stop_vocab, llama_token * out,
+                                                 int32_t * status, int32_t * failure) {
+    using clock = std::chrono::steady_clock;
+    const clock::time_point deadline = clock::now() + std::chrono::microseconds(budget_us);
+    *failure = 0;
+    *status = llama_decode(ctx, batch);
+    if (*status != 0 || n_max < 1) {
+        return 0;
+    }
+    // a later decode that fails leaves memory as it was: the burst ends with the tokens chosen so far, and
+    // the engine's next tick decodes the last one again (and meets the failure itself)
+    llama_token token = llama_cpp_native_choose(choice, ctx, -1);
+    llama_pos at = pos;
+    llama_seq_id seq = seq_id;
+    llama_seq_id * seqs = &seq;
+    int32_t one = 1;
+    int8_t wanted = 1;
+    int32_t n = 0;
+    while (true) {
+        if (token < 0) {
+            *failure = token;
+            return n;
+        }
+        out[n++] = token;
+        if (n == n_max || (stop_vocab != nullptr && llama_vocab_is_eog(stop_vocab, token)) ||
+            clock::now() >= deadline) {
+            return n;
+        }
+        const llama_batch next = {1, &token, nullptr, &at, &one, &seqs, &wanted};
+        if (llama_decode(ctx, next) != 0) {
+            return n;
+        }
+        ++at;
+        token = llama_cpp_native_choose(choice, ctx, -1);
+    }
+}
