@@ -755,23 +755,23 @@ def test_a_lone_sequence_bursts_as_far_as_its_reader_may_fall_behind():
     assert stats.n_burst_decodes == sum(len(chosen) - 1 for chosen in runner.chosen) > 0
 
 
-def test_no_burst_beside_another_sequence_a_waiting_request_or_a_python_sampler():
-    scheduler, ctx, runner = engine(n_seq_max=2)
+def run_two(n_seq_max: int, second_max_tokens: int) -> FakeRunner:
+    """Two requests whose samplers choose alone, submitted together; the runner that ran them."""
+    scheduler, ctx, runner = engine(n_seq_max=n_seq_max)
     a = request([1, 2], max_tokens=6, sampler=NativeChoiceSampler())
-    b = request([3, 4], max_tokens=6, sampler=NativeChoiceSampler())
+    b = request([3, 4], max_tokens=second_max_tokens, sampler=NativeChoiceSampler())
     scheduler.submit(a)
     scheduler.submit(b)
-    assert run(scheduler, a) == solo([1, 2], 6) and run(scheduler, b) == solo([3, 4], 6)
-    assert all(plan.burst is None for plan in runner.plans if len(plan.rows) > 1)
+    assert run(scheduler, a) == solo([1, 2], 6) and run(scheduler, b) == solo([3, 4], second_max_tokens)
     assert_mirrors(scheduler, ctx)
+    return runner
 
-    scheduler, ctx, runner = engine(n_seq_max=1)
-    a = request([1, 2], max_tokens=6, sampler=NativeChoiceSampler())
-    waiting = request([3, 4], max_tokens=2, sampler=NativeChoiceSampler())
-    scheduler.submit(a)
-    scheduler.submit(waiting)
-    assert run(scheduler, a) == solo([1, 2], 6) and run(scheduler, waiting) == solo([3, 4], 2)
-    assert all(plan.burst is None for plan in runner.plans)  # (the waiting one's max_tokens allows none)
+
+def test_no_burst_beside_another_sequence_a_waiting_request_or_a_python_sampler():
+    beside = run_two(n_seq_max=2, second_max_tokens=6)
+    assert all(plan.burst is None for plan in beside.plans if len(plan.rows) > 1)
+    # one sequence: the second waits while the first runs (and its own max_tokens allows no burst)
+    assert all(plan.burst is None for plan in run_two(n_seq_max=1, second_max_tokens=2).plans)
 
     for python, fields in ((True, {}), (False, {"logprobs": 1}), (False, {"read_ahead": 0})):
         scheduler, ctx, runner = engine()

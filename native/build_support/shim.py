@@ -28,7 +28,7 @@ def build_shim(source: Path, bin_dir: Path) -> Path:
     """Compile the shim into ``bin_dir`` unless it is newer than everything it is made from."""
     out = bin_dir / library_name()
     sources = [SHIM_DIR / name for name in SOURCES]
-    inputs = [*sources, SHIM_DIR / "llama_cpp_native_shim.h", *bin_dir.glob("libllama-common.*")]
+    inputs = [*sources, *SHIM_DIR.glob("*.h"), *bin_dir.glob("libllama-common.*")]
     if out.exists() and all(out.stat().st_mtime >= p.stat().st_mtime for p in inputs):
         return out
     cxx = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")

@@ -6,6 +6,7 @@
 // best logit of every block of 16 tokens; the k-th best of those bounds the k-th best logit from below, so
 // the blocks that reach it hold every token the top-k can keep, and only they are searched.
 #include "llama_cpp_native_shim.h"
+#include "vec4.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,20 +22,6 @@ namespace {
 constexpr int32_t BLOCK = 16;
 
 }  // namespace
-
-// four floats at once, in GCC's and Clang's vector extensions (SSE on x86, NEON on ARM)
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-static inline v4f load4(const float * p) {
-    v4f v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline v4f max4(v4f a, v4f b) {
-    return a > b ? a : b;
-}
 
 // The best logit of each block of BLOCK tokens into `maxima` (the last, shorter block included); returns the
 // best of all, and whether a logit is NaN into `nan`.

@@ -8,28 +8,13 @@
 // decode here, each token chosen exactly as the per-token path chooses it, because both call the same
 // function.
 #include "llama_cpp_native_shim.h"
+#include "vec4.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
-// four floats at once, in GCC's and Clang's vector extensions (SSE on x86, NEON on ARM)
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-static inline v4f load4(const float * p) {
-    v4f v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
-
-// The lanes keep what they hold when the new value is NaN (a NaN compares false), as llama.cpp's greedy
-// sampler never moves to a NaN.
-static inline v4f keep_max(v4f best, v4f x) {
-    return x > best ? x : best;
-}
 
 // The index of the first maximum of row[0..n) (llama.cpp's greedy sampler picks the first one); NaN logits
 // never win unless the row starts with one, as in that sampler.
@@ -40,15 +25,15 @@ static int32_t first_max(const float * row, int32_t n) {
     if (n >= STRIDE) {
         v4f m[8];
         for (int k = 0; k < 8; ++k) {
-            m[k] = load4(row + 4 * k);
+            m[k] = v4f{-INFINITY, -INFINITY, -INFINITY, -INFINITY};
         }
-        for (i = STRIDE; i + STRIDE <= n; i += STRIDE) {
+        for (; i + STRIDE <= n; i += STRIDE) {
             for (int k = 0; k < 8; ++k) {
-                m[k] = keep_max(m[k], load4(row + i + 4 * k));
+                m[k] = max4(load4(row + i + 4 * k), m[k]);  // a NaN never enters a lane
             }
         }
         for (int k = 1; k < 8; ++k) {
-            m[0] = keep_max(m[0], m[k]);
+            m[0] = max4(m[k], m[0]);
         }
         for (int k = 0; k < 4; ++k) {
             best = m[0][k] > best ? m[0][k] : best;
