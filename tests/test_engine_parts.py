@@ -788,3 +788,19 @@ def test_ignore_eos_bursts_through_end_of_generation_tokens():
     assert run(scheduler, req) == solo([5, 6], 12)
     bursts = [plan.burst for plan in runner.plans if plan.burst is not None]
     assert bursts and all(b.stop_vocab == ffi.NULL for b in bursts)
+
+
+@pytest.mark.parametrize("sampler", [FakeSampler, NativeChoiceSampler], ids=["per-token", "bursts"])
+def test_a_reader_that_stops_leaves_memory_as_it_was_when_its_last_token_was_sampled(sampler: type) -> None:
+    """A stop string found in the third token's text: whatever was decoded after it (a burst's tokens) leaves
+    memory when the request is retired, and the sequence holds the prompt and the two tokens before it."""
+    scheduler, ctx, runner = engine(n_ctx_seq=128)
+    req = request([5, 6, 7], max_tokens=30, sampler=sampler())
+    scheduler.submit(req)
+    tokens = [scheduler.next_event(req).token for _ in range(3)]  # type: ignore[union-attr]
+    assert (len(ctx.memory[0]) > 3 + 2) is (sampler is NativeChoiceSampler)  # a burst decoded further
+    scheduler.cancel(req)
+    with scheduler.exclusive():  # a state call: the cancelled request is retired first, as by the next tick
+        assert ctx.memory[0] == [5, 6, 7, *tokens[:2]]
+        assert_mirrors(scheduler, ctx)
+    assert req.finish_reason == "abort"

@@ -150,7 +150,7 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample(struct llama_sampl
  * (llama_cpp.engine.sampler.SequenceSampler) and every token of the request is chosen by it, one at a time
  * (llama_cpp_native_choose) or in a burst (llama_cpp_native_decode_burst). */
 struct llama_cpp_native_choice {
-    struct llama_sampler * chain;   /* the request's chain (not used when argmax is set) */
+    struct llama_sampler * chain;   /* the request's chain (not used when argmax is set; NULL: closed) */
     int32_t n_vocab;
     int32_t argmax;                 /* the chain is argmax after at most the logit bias: the first maximum of the
                                      * biased row, as llama.cpp's greedy sampler takes it, with no candidate array */

@@ -113,6 +113,9 @@ extern "C" llama_token llama_cpp_native_choose(struct llama_cpp_native_choice * 
         }
         return biased_first_max(row, choice->n_vocab, choice->bias_ids, choice->bias_values, choice->n_bias);
     }
+    if (choice->chain == nullptr) {  // its sampler was closed
+        return -2;
+    }
     if (choice->top_n > 0) {
         const llama_token token = llama_cpp_native_sample_top(choice->chain, ctx, idx, choice->top_n, choice->bias_ids,
                                                               choice->bias_values, choice->n_bias);

@@ -74,7 +74,9 @@ class Planner:
         self.max_outputs = max_outputs  # logits rows one decode may ask for (n_outputs_max)
         self.policy = policy
         self.checkpoints = checkpoints
-        self.burst_vocab = burst_vocab if step.bursts and not step.observes_batches and not logits_all else None
+        # (a burst decodes ahead of its reader: what the reader does not read must be able to leave memory)
+        self.burst_vocab = burst_vocab if step.bursts and not step.observes_batches and not logits_all and \
+            not ctx.recurrent else None
         self.waiting: collections.deque[Request] = collections.deque()
         self.current = slots[0]  # the sequence that eval/sample/save_state and input_ids refer to
         # a prompt cache (llama_cpp.llama_cache): consulted when a request takes a sequence, given the
@@ -116,8 +118,20 @@ class Planner:
         for slot in self.slots:
             request = slot.request
             if request is not None and request.cancelled:
+                self._forget_unread(slot, request)
                 request.finish("abort")
                 self.release(slot)
+
+    def _forget_unread(self, slot: Slot, request: Request) -> None:
+        """A reader that stopped (a stop string in the text) with tokens handed out and not read: the
+        decoded ones leave memory, so that the sequence holds what it held when the last token read was
+        sampled, as when the reader drives every token itself; a burst, or other readers' ticks, may have
+        decoded further.  Never a token the reader read, nor one of the prompt; a memory that cannot drop
+        a suffix keeps them."""
+        unread = min(request.unread_at_cancel, request.n_generated - 1)
+        if unread > 0 and not self.ctx.recurrent and request.state == RequestState.RUNNING:
+            slot.ledger.truncate(self.ctx, len(slot.ledger) - unread)
+            self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
 
     def end_running(self, error: Callable[[], BaseException]) -> None:
         """End every request that holds a sequence, each with an ``error()`` of its own, which its reader

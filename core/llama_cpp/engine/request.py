@@ -135,6 +135,7 @@ class Request:
     finish_reason: str | None = None
     error: BaseException | None = None
     cancelled: bool = False
+    unread_at_cancel: int = 0  # the tokens handed out and not read when it was cancelled (its reader stopped)
     wanted: bool = False  # its reader is waiting for its next token
     owner: int = attrs.field(factory=threading.get_ident)
     sent: list[int] = attrs.field(factory=list)  # tokens the caller sent in, to evaluate after the last one

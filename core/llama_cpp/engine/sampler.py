@@ -179,4 +179,5 @@ class SequenceSampler:
             self.history.extend(tokens)
 
     def close(self) -> None:
+        self.choice.chain = ffi.NULL  # a choice made after this fails (-2) instead of using the freed chain
         self.chain.close()

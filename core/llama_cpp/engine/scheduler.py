@@ -310,6 +310,7 @@ class Scheduler:
             if request.state == RequestState.DONE:
                 return
             request.cancelled = True
+            request.unread_at_cancel = len(request.events)
             if request.state == RequestState.WAITING:
                 request.finish("abort")
             self._bump()
@@ -358,8 +359,9 @@ class Scheduler:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile, and a decode
-        started ahead has been applied (what memory holds is what the ledgers say)."""
+        """Own the context for a low-level call (eval, sample, state): no tick runs meanwhile, a decode
+        started ahead has been applied and stopped readers' requests retired (:meth:`_tidy`: what memory
+        holds is what the ledgers and the readers say)."""
         with self._mutex:
             while self._driver is not None or self._closed:
                 if self._closed:
@@ -368,8 +370,7 @@ class Scheduler:
             self._driver = threading.get_ident()
         try:
             with self._mutex:
-                if self._in_flight is not None:
-                    self.update.deliver(self._settle())
+                self._tidy()
             yield
         finally:
             with self._mutex:
@@ -377,18 +378,31 @@ class Scheduler:
                 self._bump()
 
     def settle(self) -> None:
-        """Apply a decode started ahead, unless a tick is running (which applies it): for the facade's
-        low-level accessors (``Llama.ctx``, the last logits), which must see the memory the ledgers
-        describe.  It does not wait, so a user hook running inside a tick may call it."""
+        """Apply a decode started ahead and retire stopped readers' requests (:meth:`_tidy`), unless a tick
+        is running (which does both): for the facade's low-level accessors (``Llama.ctx``, the last
+        logits), which must see the memory the ledgers describe.  It does not wait, so a user hook running
+        inside a tick may call it."""
         with self._mutex:
-            if self._in_flight is None or self._driver is not None:
+            if self._driver is not None or (self._in_flight is None and not self._any_cancelled()):
                 return
             self._driver = threading.get_ident()
             try:
-                self.update.deliver(self._settle())
+                self._tidy()
             finally:
                 self._driver = None
                 self._bump()
+
+    def _tidy(self) -> None:
+        """Make memory what the ledgers and the readers say it is before someone outside the ticks reads it
+        (the lock held, driving): apply a decode started ahead, and retire the requests whose readers
+        stopped, which takes their unread tokens out of memory (:meth:`.Planner.retire`)."""
+        if self._in_flight is not None:
+            self.update.deliver(self._settle())
+        if self._any_cancelled():
+            self.planner.retire()
+
+    def _any_cancelled(self) -> bool:
+        return any(slot.request is not None and slot.request.cancelled for slot in self.slots)
 
     def busy(self, slot: Slot) -> bool:
         request = slot.request
