@@ -62,7 +62,13 @@ def test_low_priority_requests_are_preempted_and_resume_unchanged(smollm2_model_
         streams = [llm.create_completion(p, max_tokens=32, stream=True, priority=10, **sampling) for p in LOW]
         firsts = [next(s)["choices"][0]["text"] for s in streams]  # both low requests hold a sequence
         with ThreadPoolExecutor(len(URGENT)) as pool:
-            calls = [pool.submit(llm.create_completion, p, max_tokens=32, priority=0, **sampling) for p in URGENT]
+            # both urgent requests arrive while both low ones hold a sequence: no tick runs until both are
+            # queued (otherwise a slow thread start lets the first finish and the second take its free slot)
+            with scheduler.exclusive():
+                calls = [pool.submit(llm.create_completion, p, max_tokens=32, priority=0, **sampling)
+                         for p in URGENT]
+                while len(decodes_before) < len(LOW) + len(URGENT) and not any(c.done() for c in calls):
+                    threading.Event().wait(0.01)
             results = [call.result(timeout=600)["choices"][0]["text"] for call in calls]
         texts = [first + _text(s) for first, s in zip(firsts, streams)]
         assert texts == [solo[p] for p in LOW]
