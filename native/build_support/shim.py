@@ -15,9 +15,9 @@ import sysconfig
 from pathlib import Path
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "shim"
-# the shim's translation units: the entry points to llama.cpp's common code, the top-k sampling path, and
-# the token choice with its bursts of decodes
-SOURCES = ("llama_cpp_native_shim.cpp", "sample_top.cpp", "token_choice.cpp")
+# the shim's translation units: the entry points to llama.cpp's common code, the top-k sampling path, the
+# token choice with its bursts of decodes, and the repetition penalties
+SOURCES = ("llama_cpp_native_shim.cpp", "sample_top.cpp", "token_choice.cpp", "penalties.cpp")
 
 
 def library_name() -> str:

@@ -146,6 +146,16 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample_candidates(struct 
 LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample(struct llama_sampler * chain,
         struct llama_context * ctx, int32_t idx);
 
+/* llama.cpp's repetition penalties (llama_sampler_init_penalties, without its n_vocab): the same window of the
+ * last penalty_last_n accepted tokens (below 0: 0, which disables it), the same arithmetic, so the same logits,
+ * bit for bit.  It changes the candidates of the window's tokens by index when the candidate array is the
+ * vocabulary in id order, as a chain meets it after a logit bias, where llama.cpp looks every candidate up
+ * in a hash table: on a tiny model that was a quarter of each token's time.  Candidate ids must be distinct
+ * (every array llama.cpp makes has them so).  No backend sampling.  Free with llama_sampler_free (or the
+ * chain that owns it); NULL when out of memory. */
+LLAMA_CPP_NATIVE_SHIM_API struct llama_sampler * llama_cpp_native_penalties_init(int32_t penalty_last_n,
+        float penalty_repeat, float penalty_freq, float penalty_present);
+
 /* How a sequence's next token is chosen from an output of a decode: the engine decides it once per request
  * (llama_cpp.engine.sampler.SequenceSampler) and every token of the request is chosen by it, one at a time
  * (llama_cpp_native_choose) or in a burst (llama_cpp_native_decode_burst). */

@@ -94,8 +94,10 @@ def _penalties(ctx: Any) -> list[Any]:
     last_n = ctx.n_ctx if p.penalty_last_n == -1 else p.penalty_last_n  # -1 = the whole context
     if last_n == 0:
         return []
-    smpl = ctx.lib.llama_sampler_init_penalties(ctx.n_vocab, last_n, p.repeat_penalty, p.frequency_penalty,
-                                                p.presence_penalty)
+    # llama.cpp's penalties, changing the window's tokens by index instead of looking up every candidate
+    smpl = ctx.lib.llama_cpp_native_penalties_init(last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty)
+    if smpl == ctx.ffi.NULL:
+        raise MemoryError(f"no memory for the repetition penalties' window of {last_n} tokens")
     return [_primed(ctx, smpl, last_n)]
 
 
