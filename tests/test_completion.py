@@ -281,3 +281,32 @@ def test_logits_all_keeps_scores_and_scores_the_echoed_prompt(smollm2_model_path
         last = llm.scores
         assert last.shape == (1, llm.n_vocab()) and np.isfinite(last).all()
         assert np.array_equal(last[0], llm.eval_logits[-1])
+
+
+@pytest.mark.parametrize("max_tokens", [6, 30], ids=["finished-in-the-burst", "running"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_stop_string_leaves_the_sequence_as_llama_cpp_python_does(tiny: Llama, monkeypatch: pytest.MonkeyPatch,
+                                                                   max_tokens: int, stream: bool) -> None:
+    """The stop string is in the third token's text; a burst (engine.planner) decoded past it, to the request's
+    end or to its reader's read-ahead.  Afterwards the sequence holds the prompt and the two tokens before the
+    stop, as llama-cpp-python's (which decodes a token only once the next is asked for): ``n_tokens``,
+    ``input_ids`` and ``eval_tokens`` say so."""
+    import llama_cpp.engine.planner as planner
+
+    monkeypatch.setattr(planner, "BURST_BUDGET_S", 10.0)  # however slow the machine, the burst goes on
+    prompt = "Once upon a time"
+    ids = tiny.tokenize(prompt.encode())
+    generated = []
+    for token in tiny.generate(ids, temperature=0.0):
+        generated.append(token)
+        if len(generated) == 3:
+            break
+    stop = tiny.detokenize(generated[2:3]).decode()
+    before = tiny.scheduler.stats().n_burst_decodes
+    result = tiny.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stop=[stop], stream=stream)
+    text = "".join(c["choices"][0]["text"] for c in result) if stream else result["choices"][0]["text"]
+    assert text == tiny.detokenize(generated[:2]).decode()
+    # (with the overlap on, test_engine_overlap_suite.py, the decode started ahead goes past it instead)
+    assert tiny.scheduler.stats().n_burst_decodes > before or tiny.scheduler.overlap
+    assert tiny.n_tokens == len(ids) + 2
+    assert list(tiny.input_ids) == tiny.eval_tokens == [*ids, *generated[:2]]

@@ -804,3 +804,33 @@ def test_a_reader_that_stops_leaves_memory_as_it_was_when_its_last_token_was_sam
         assert ctx.memory[0] == [5, 6, 7, *tokens[:2]]
         assert_mirrors(scheduler, ctx)
     assert req.finish_reason == "abort"
+
+
+def test_a_reader_that_stops_after_its_request_finished_inside_a_burst_leaves_memory_the_same() -> None:
+    """The burst reached ``max_tokens``: the request finished, its sequence idle, before its reader found the
+    stop string in the third token.  The next state call (or tick) takes the unread tokens out all the same,
+    unless another request has taken the sequence since."""
+    scheduler, ctx, runner = engine(n_ctx_seq=128)
+    req = request([5, 6, 7], max_tokens=6, sampler=NativeChoiceSampler())
+    scheduler.submit(req)
+    tokens = [scheduler.next_event(req).token for _ in range(3)]  # type: ignore[union-attr]
+    assert req.state == RequestState.DONE and len(ctx.memory[0]) == 3 + 5  # all but the last token decoded
+    scheduler.cancel(req)
+    with scheduler.exclusive():
+        assert ctx.memory[0] == [5, 6, 7, *tokens[:2]]
+        assert_mirrors(scheduler, ctx)
+    assert req.finish_reason == "length"
+
+    scheduler, ctx, runner = engine(n_ctx_seq=128, n_seq_max=1)
+    first, second = request([5, 6, 7], max_tokens=6, sampler=NativeChoiceSampler()), request([1, 2], max_tokens=2)
+    scheduler.submit(first)
+    for _ in range(2):  # the prompt's tick, then the burst to the end
+        scheduler.next_event(first)
+    assert first.state == RequestState.DONE
+    scheduler.submit(second)
+    assert run(scheduler, second) == solo([1, 2], 2)
+    held = list(ctx.memory[0])
+    scheduler.cancel(first)  # too late: the sequence holds the second request's tokens now
+    with scheduler.exclusive():
+        assert ctx.memory[0] == held
+        assert_mirrors(scheduler, ctx)

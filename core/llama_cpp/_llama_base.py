@@ -27,6 +27,7 @@ from ._embedding_context import check_embedding_context
 from ._handles import Closing, as_pointer, load_model, new_context
 from .engine import Context, Model, Request, Scheduler, SequenceSampler, SequenceSnapshot
 from .engine.checkpoints import Checkpoint, HybridCheckpointCache
+from .engine.ledger import Ledger
 from .engine.prefix import common_prefix
 from .engine.model import learned_positions
 from .engine.origin import state_origin
@@ -707,7 +708,7 @@ class LlamaBase(Closing):
     @property
     def eval_tokens(self) -> list[int]:
         """The tokens the current sequence holds in memory (a copy)."""
-        return list(self._live_scheduler().current.ledger.tokens)
+        return list(self._settled_ledger().tokens)
 
     @property
     def loaded_lora_count(self) -> int:
@@ -747,11 +748,19 @@ class LlamaBase(Closing):
     @property
     def n_tokens(self) -> int:
         """How many tokens the current sequence holds (the one the last request or eval used)."""
-        return len(self._live_scheduler().current.ledger)
+        return len(self._settled_ledger())
 
     @property
     def input_ids(self) -> np.ndarray:
-        return np.asarray(self._live_scheduler().current.ledger.tokens, dtype=np.intc)
+        return np.asarray(self._settled_ledger().tokens, dtype=np.intc)
+
+    def _settled_ledger(self) -> Ledger:
+        """The current sequence's ledger, after a stopped reader's unread tokens have left memory
+        (``Scheduler.settle``): a stream cut by a stop string holds what it held when its last token read
+        was sampled, as llama-cpp-python's does, not what a burst decoded past it."""
+        scheduler = self._live_scheduler()
+        scheduler.settle()
+        return scheduler.current.ledger
 
     # -- tokens ---------------------------------------------------------------
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:

@@ -114,22 +114,27 @@ class Planner:
             self.admit()
 
     def retire(self) -> None:
-        """Free the slots of cancelled and aborted requests."""
+        """Free the slots of cancelled and aborted requests, and take out of memory what stopped readers
+        left unread, of running and of finished requests alike."""
         for slot in self.slots:
             request = slot.request
             if request is not None and request.cancelled:
-                self._forget_unread(slot, request)
+                if request.state == RequestState.RUNNING:
+                    self._forget_unread(slot, request)
                 request.finish("abort")
                 self.release(slot)
+            elif request is None and slot.ended is not None and slot.ended.unread_at_cancel:
+                self._forget_unread(slot, slot.ended)
+                slot.ended = None
 
     def _forget_unread(self, slot: Slot, request: Request) -> None:
         """A reader that stopped (a stop string in the text) with tokens handed out and not read: the
         decoded ones leave memory, so that the sequence holds what it held when the last token read was
         sampled, as when the reader drives every token itself; a burst, or other readers' ticks, may have
-        decoded further.  Never a token the reader read, nor one of the prompt; a memory that cannot drop
-        a suffix keeps them."""
+        decoded further, up to the request's end.  Never a token the reader read, nor one of the prompt; a
+        memory that cannot drop a suffix keeps them."""
         unread = min(request.unread_at_cancel, request.n_generated - 1)
-        if unread > 0 and not self.ctx.recurrent and request.state == RequestState.RUNNING:
+        if unread > 0 and not self.ctx.recurrent:
             slot.ledger.truncate(self.ctx, len(slot.ledger) - unread)
             self.step.rollback(slot.step_state, slot.seq_id, len(slot.ledger))
 
@@ -163,9 +168,11 @@ class Planner:
         for slot in self.slots:
             if slot.request is None:
                 slot.ledger.clear(self.ctx)
+                slot.ended = None
 
     def memory_changed(self, slot: Slot) -> None:
         """The slot's memory was replaced outside the ticks (state restored, reset): the step forgets it."""
+        slot.ended = None
         self.step.rollback(slot.step_state, slot.seq_id, 0)
 
     def release(self, slot: Slot) -> None:
@@ -188,6 +195,8 @@ class Planner:
             slot.sampler.close()
         slot.sampler = None
         slot.request = None
+        slot.ended = request if request is not None and request.state == RequestState.DONE and \
+            not request.cancelled else None
         slot.pending = []
         forks, slot.forks = slot.forks, []
         for fork in forks:  # choices that were to share a prompt that will not be evaluated now
@@ -380,6 +389,7 @@ class Planner:
         """Put ``request`` into ``slot``: reuse what the sequence holds, take over its sampler."""
         request.seq_id = slot.seq_id
         slot.request = request
+        slot.ended = None
         slot.pending = []
         self.current = slot
         leader = self.leader_of(request)

@@ -308,6 +308,11 @@ class Scheduler:
         """
         with self._mutex:
             if request.state == RequestState.DONE:
+                # it finished with tokens its reader has not read: they leave its sequence's memory at the
+                # next tick or state call, unless another request has taken the sequence since
+                if request.events and any(slot.ended is request for slot in self.slots):
+                    request.unread_at_cancel = len(request.events)
+                    self._bump()
                 return
             request.cancelled = True
             request.unread_at_cancel = len(request.events)
@@ -402,7 +407,10 @@ class Scheduler:
             self.planner.retire()
 
     def _any_cancelled(self) -> bool:
-        return any(slot.request is not None and slot.request.cancelled for slot in self.slots)
+        """Whether a stopped reader's request waits for :meth:`.Planner.retire` (running, or finished with
+        tokens unread)."""
+        return any(slot.request.cancelled if slot.request is not None else
+                   slot.ended is not None and slot.ended.unread_at_cancel > 0 for slot in self.slots)
 
     def busy(self, slot: Slot) -> bool:
         request = slot.request

@@ -24,7 +24,7 @@ class Slot:
     """A sequence id, its ledger, and the request it serves (if any)."""
 
     __slots__ = ("seq_id", "ledger", "request", "sampler", "pending", "prefill_at", "last_used", "forks",
-                 "step_state")
+                 "step_state", "ended")
 
     def __init__(self, seq_id: int) -> None:
         self.seq_id = seq_id
@@ -36,6 +36,9 @@ class Slot:
         self.last_used = 0  # the tick it last decoded in: the least recently used slot is reused first
         self.forks: list[Slot] = []  # choices waiting to share this slot's prompt (n > 1)
         self.step_state: Any = None  # what the step keeps for the request it generates (Step.begin's)
+        # the finished request whose tokens this idle slot's memory ends with, until anything else changes it:
+        # its reader may still stop before reading them all (Planner.retire)
+        self.ended: Request | None = None
 
     @property
     def serving(self) -> Request:
