@@ -169,8 +169,10 @@ def test_abort_from_another_thread(tiny: Llama) -> None:
     seen = []
     for i, chunk in enumerate(stream):
         seen.append(chunk)
-        if i == 5:
-            threading.Thread(target=tiny.abort).start()
+        if i == 5:  # from another thread, and done before the stream reads on (it may take its 200 in a blink)
+            aborting = threading.Thread(target=tiny.abort)
+            aborting.start()
+            aborting.join()
     assert seen[-1]["choices"][0]["finish_reason"] == "abort"
     assert seen[-1]["usage"]["completion_tokens"] < 200
     again = tiny.create_completion("Once", max_tokens=4, temperature=0.0)

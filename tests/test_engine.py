@@ -6,9 +6,11 @@ event came first, how many prompt tokens were evaluated.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,11 @@ def _text(llm: Llama, prompt: str, **kw: Any) -> str:
     return llm.create_completion(prompt, temperature=0.0, **kw)["choices"][0]["text"]
 
 
-def _concurrently(calls: list[Any]) -> list[Any]:
-    """Run each call on its own thread, started together; their results in order (exceptions re-raised)."""
+def _concurrently(calls: list[Any], queued_together: Any = None) -> list[Any]:
+    """Run each call on its own thread, started together; their results in order (exceptions re-raised).
+
+    ``queued_together``: a scheduler that runs no tick until every call has queued its one request, however
+    slowly the threads start (so that all are admitted in one tick)."""
     results: list[Any] = [None] * len(calls)
     errors: list[BaseException] = []
     barrier = threading.Barrier(len(calls))
@@ -44,8 +49,13 @@ def _concurrently(calls: list[Any]) -> list[Any]:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
+    with queued_together.exclusive() if queued_together is not None else contextlib.nullcontext():
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while queued_together is not None and len(queued_together.waiting) < len(calls) and not errors and \
+                time.monotonic() < deadline:
+            time.sleep(0.005)
     for t in threads:
         t.join(timeout=600)
     if errors:
@@ -60,7 +70,7 @@ def test_eight_threads_each_get_their_solo_text(which: str, tiny_model_path: Pat
         solo = [_text(llm, p, max_tokens=24) for p in PROMPTS]
         llm.reset()
         decodes = llm.scheduler.counters.n_decodes
-        together = _concurrently([lambda p=p: _text(llm, p, max_tokens=24) for p in PROMPTS])
+        together = _concurrently([lambda p=p: _text(llm, p, max_tokens=24) for p in PROMPTS], llm.scheduler)
         assert together == solo
         assert llm.scheduler.counters.n_decodes - decodes < 8 * 24 // 2  # batched, not one decode per token
 
@@ -104,6 +114,7 @@ def test_continuous_batching_admits_a_request_while_others_run(tiny_model_path: 
         log: list[tuple[str, int]] = []
         lock = threading.Lock()
         started = threading.Barrier(5)
+        joined = threading.Event()  # the late one has its first token: the long ones read on
 
         def long_stream(i: int) -> None:
             count = 0
@@ -116,6 +127,7 @@ def test_continuous_batching_admits_a_request_while_others_run(tiny_model_path: 
                 count += 1
                 if count == 5:
                     started.wait()
+                    joined.wait(60)  # (unread, its sequence pauses: however slow the late thread, none ends first)
 
         def late() -> None:
             started.wait()  # the 4 long ones are all running
@@ -123,6 +135,7 @@ def test_continuous_batching_admits_a_request_while_others_run(tiny_model_path: 
             next(stream)
             with lock:
                 log.append(("late", 5))
+            joined.set()
             stream.close()
 
         decodes = llm.scheduler.counters.n_decodes
@@ -153,7 +166,8 @@ def test_cancelling_one_stream_leaves_the_others_alone(tiny_model_path: Path) ->
         results = _concurrently([lambda i=i: run(i) for i in range(4)])
         assert results[2] == "cancelled"
         assert [results[i] for i in (0, 1, 3)] == [solo[i] for i in (0, 1, 3)]
-        assert all(slot.request is None for slot in llm.scheduler.slots)
+        with llm.scheduler.exclusive():  # the closed stream's request is retired first, if no tick did
+            assert all(slot.request is None for slot in llm.scheduler.slots)
 
 
 def test_abort_ends_with_abort_and_the_instance_goes_on(tiny_model_path: Path) -> None:
@@ -243,10 +257,11 @@ def test_bounded_stress(tiny_model_path: Path) -> None:
         _concurrently([worker for _ in range(8)])
         assert errors == []
         scheduler = llm.scheduler
-        assert not scheduler.waiting and all(slot.request is None for slot in scheduler.slots)
-        mem = scheduler.ctx.mem
-        for slot in scheduler.slots:  # memory holds exactly what each ledger says, nothing leaked
-            assert lib.llama_memory_seq_pos_max(mem, slot.seq_id) == len(slot.ledger) - 1
+        with scheduler.exclusive():  # a stream closed last is retired first, if no tick did
+            assert not scheduler.waiting and all(slot.request is None for slot in scheduler.slots)
+            mem = scheduler.ctx.mem
+            for slot in scheduler.slots:  # memory holds exactly what each ledger says, nothing leaked
+                assert lib.llama_memory_seq_pos_max(mem, slot.seq_id) == len(slot.ledger) - 1
         llm.reset()
         assert all(lib.llama_memory_seq_pos_max(mem, s.seq_id) == -1 for s in scheduler.slots)
         assert rss_bytes() - before < 32 * 1024 * 1024

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -108,17 +109,20 @@ def _run(target: Path, config: dict[str, Any], prompt: str, n: int, **kw: Any) -
 
 
 def _greedy_together(llm: Llama, prompts: list[str], n: int) -> list[str]:
-    """Greedy completions of ``prompts``, one thread each, started together (they share the decodes)."""
+    """Greedy completions of ``prompts``, one thread each, all queued before the first tick runs (however
+    slowly the threads start), so that they share the decodes."""
     results: list[Any] = [None] * len(prompts)
-    barrier = threading.Barrier(len(prompts))
 
     def run(i: int) -> None:
-        barrier.wait()
         results[i] = llm.create_completion(prompts[i], max_tokens=n, temperature=0.0)["choices"][0]["text"]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
+    with llm.scheduler.exclusive():
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while len(llm.scheduler.waiting) < len(prompts) and time.monotonic() < deadline:
+            time.sleep(0.005)
     for thread in threads:
         thread.join()
     return results
