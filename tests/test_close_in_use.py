@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +39,10 @@ def test_close_waits_for_a_call_in_progress_on_another_thread() -> None:
     assert inside.wait(10)
     closer = threading.Thread(target=handle.close)
     closer.start()
-    closer.join(0.3)
+    deadline = time.monotonic() + 10
+    while not handle._closing and time.monotonic() < deadline:  # close() has begun (however slow its thread)
+        time.sleep(0.001)
+    closer.join(0.1)
     assert closer.is_alive() and freed == []  # still in use: not freed
     with pytest.raises(RuntimeError, match="the test pointer is closed"):  # no call starts once close() began
         with handle.calling:

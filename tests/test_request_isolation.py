@@ -10,7 +10,6 @@ queued, and a failure while it takes its sequence ends that request alone and fr
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,14 @@ class SlowStage:
     """A sampler stage whose construction takes ``seconds`` (a stand-in for DRY's breakers or a big
     grammar) and contributes nothing; ``building`` is set when it starts, ``built`` when it is done."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self) -> None:
         self.building = threading.Event()
+        self.release = threading.Event()
         self.built = threading.Event()
 
     def build(self, ctx: Any) -> list[Any]:
         self.building.set()
-        time.sleep(self.seconds)
+        self.release.wait(60)  # as long as the test wants it to take
         self.built.set()
         return []
 
@@ -55,7 +54,7 @@ class SlowStage:
 
 def test_a_slow_sampler_build_does_not_hold_up_other_requests(llm: Llama) -> None:
     expected = greedy(llm, PROMPTS[0], 256)
-    stage = SlowStage(seconds=6.0)
+    stage = SlowStage()
     with registered_plugin(stage, name="slow-stage-test"):
         slow = threading.Thread(target=lambda: llm.create_completion("slow", max_tokens=4,
                                                                      extra_samplers=["slow_build"]))
@@ -63,6 +62,7 @@ def test_a_slow_sampler_build_does_not_hold_up_other_requests(llm: Llama) -> Non
         assert stage.building.wait(30), "the slow request never started building its sampler"
         text = greedy(llm, PROMPTS[0], 256)  # 256 tokens while the other request's sampler is being built
         finished_first = not stage.built.is_set()
+        stage.release.set()
         slow.join(60)
     assert finished_first, "a request waited for another request's sampler to be built"
     assert text == expected

@@ -21,17 +21,21 @@ def test_chosen_by_name_it_serves_the_shortest_prompt_first(tiny_model_path: Pat
     long_prompt = " ".join(["word"] * 60)
     with Llama(str(tiny_model_path), n_ctx=512, n_seq_max=1, verbose=False,
                scheduling={"policy": "shortest-prompt-first"}) as llm:
+        policy = llm.scheduler.planner.policy
+        admitted: list[int] = []  # the prompt lengths, in the order the policy let the requests in
+        noted = policy.admitted
+
+        def noting(ticket: Ticket) -> None:
+            admitted.append(ticket.n_prompt)
+            noted(ticket)
+
+        policy.admitted = noting  # type: ignore[method-assign]
         holder = llm.create_completion("hold", max_tokens=16, stream=True)
         next(holder)  # the one sequence is taken (a paused stream keeps it)
-        finished: list[str] = []
-
-        def run(name: str, prompt: str) -> None:
-            llm.create_completion(prompt, max_tokens=2)
-            finished.append(name)
-
+        prompts = {"long": long_prompt, "short": "hi"}
         threads = []
-        for name, prompt in (("long", long_prompt), ("short", "hi")):  # the long one arrives first
-            threads.append(threading.Thread(target=run, args=(name, prompt)))
+        for prompt in prompts.values():  # the long one arrives first
+            threads.append(threading.Thread(target=llm.create_completion, args=(prompt,), kwargs={"max_tokens": 2}))
             threads[-1].start()
             while len(llm.scheduler.waiting) < len(threads):
                 threading.Event().wait(0.01)
@@ -39,7 +43,9 @@ def test_chosen_by_name_it_serves_the_shortest_prompt_first(tiny_model_path: Pat
             pass
         for t in threads:
             t.join(timeout=600)
-    assert finished == ["short", "long"]
+        lengths = {name: len(llm.tokenize(prompt.encode())) for name, prompt in prompts.items()}
+    # the holder, then the short one, then the long one (the order of admissions, not of the threads' returns)
+    assert admitted[-2:] == [lengths["short"], lengths["long"]]
 
 
 def test_max_wait_bounds_the_delay_of_a_long_prompt() -> None:

@@ -176,12 +176,14 @@ def test_hostile_request_is_a_clear_4xx(base_url: str, baseline: str, route: str
 
 
 @pytest.mark.parametrize("grammar", ['root ::= "a"{5,2}', 'root ::= ((("a"){1000}){1000}){1000}'])
-def test_a_hostile_grammar_is_refused_within_a_second(base_url: str, grammar: str) -> None:
+def test_a_hostile_grammar_is_refused_before_it_is_expanded(base_url: str, grammar: str) -> None:
     memory = rss_mb()
     started = time.monotonic()
     response = httpx.post(f"{base_url}/v1/completions", json={"prompt": "a", "max_tokens": 2, "grammar": grammar},
                           timeout=60)
-    assert time.monotonic() - started < 1.0
+    # expanding a billion repetitions would take minutes and gigabytes: a guard, not a benchmark (the HTTP
+    # round trip on a loaded machine is part of it)
+    assert time.monotonic() - started < 5.0
     assert_error(response, 400, param="grammar")
     assert rss_mb() - memory < 50
 

@@ -48,7 +48,7 @@ def test_an_idle_model_sleeps_and_the_next_request_wakes_it(smollm2_model_path: 
         wait_until(lambda: status(base) == "sleeping", "the idle model is freed", timeout=10)
         wait_until(lambda: resident_mb() < awake - 100, "the context's memory given back", timeout=10)
         assert httpx.get(f"{base}/health", timeout=10).json() == {"status": "ok"}
-        assert complete(base) == first and status(base) == "loaded"
+        assert complete(base) == first  # awake again (its status may be "sleeping" anew by now on a slow machine)
 
 
 def test_requests_around_a_sleep_all_succeed(chat_model_path: Path) -> None:
@@ -95,7 +95,8 @@ def test_load_and_unload_by_hand(smollm2_model_path: Path) -> None:
 def test_status_changes_and_load_progress_stream_over_sse(smollm2_model_path: Path) -> None:
     """``/models/sse`` as llama-server's: each model's status first, then ``loading`` with the load's progress
     (increasing to 1.0), ``loaded``, ``unloaded``, and ``sleeping`` when idle."""
-    with running(tiny_settings(smollm2_model_path, n_ctx=512, sleep_idle_seconds=1.5)) as base:
+    # asleep 5 s after it is idle: long enough that it cannot fall asleep before the unload, on a slow machine
+    with running(tiny_settings(smollm2_model_path, n_ctx=512, sleep_idle_seconds=5.0)) as base:
         events: list[dict] = []
         ready = threading.Event()
 
@@ -115,7 +116,7 @@ def test_status_changes_and_load_progress_stream_over_sse(smollm2_model_path: Pa
         assert events[0] == {"model": "tiny", "event": "model_status", "data": {"status": "loaded"}}
         assert httpx.post(f"{base}/models/unload", json={"model": "tiny"}, timeout=10).json() == {"success": True}
         assert httpx.post(f"{base}/models/load", json={"model": "tiny"}, timeout=60).json() == {"success": True}
-        listener.join(30)  # the model goes to sleep 1.5 s later
+        listener.join(30)  # the model goes to sleep 5 s later
         statuses = [e["data"]["status"] for e in events]
         assert statuses[0] == "loaded" and statuses[1] == "unloaded" and statuses[-2:] == ["loaded", "sleeping"]
         loading = [e["data"]["progress"] for e in events if e["data"]["status"] == "loading"]

@@ -102,26 +102,16 @@ def test_aging_bounds_how_long_a_stream_of_urgent_requests_delays_a_patient_one(
         patient.start()
         while not llm.scheduler.waiting:
             threading.Event().wait(0.01)
-        lock = threading.Lock()
-        sent = [0]
-
-        def producer() -> None:
-            while True:
-                with lock:
-                    if sent[0] >= total:
-                        return
-                    sent[0] += 1
-                llm.create_completion("urgent", max_tokens=6, priority=0)
-
-        # six producers, each sending its next request as soon as its last one ends: the queue never runs
-        # out of urgent requests while one runs, even when the machine is slow to wake a producer
-        producers = [threading.Thread(target=producer) for _ in range(6)]
-        for t in producers:
+        # the stream of urgent requests, all queued behind the patient one before the sequence is free again:
+        # the queue never runs out of urgent requests while one runs, however slowly threads wake
+        urgent = [threading.Thread(target=lambda: llm.create_completion("urgent", max_tokens=6, priority=0))
+                  for _ in range(total)]
+        for t in urgent:
             t.start()
-        while len(llm.scheduler.waiting) < 7:  # the patient request and one of each producer
+        while len(llm.scheduler.waiting) < 1 + total:
             threading.Event().wait(0.01)
         _text(holder)
-        for t in [*producers, patient]:
+        for t in [*urgent, patient]:
             t.join(timeout=600)
         assert patient_box and patient_box[0]["choices"][0]["finish_reason"] == "length"
     order = [priority for _arrival, priority, _passed, _decodes in policy.admissions]
