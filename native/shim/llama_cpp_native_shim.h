@@ -150,7 +150,7 @@ LLAMA_CPP_NATIVE_SHIM_API llama_token llama_cpp_native_sample(struct llama_sampl
  * last penalty_last_n accepted tokens (below 0: 0, which disables it), the same arithmetic, so the same logits,
  * bit for bit.  It changes the candidates of the window's tokens by index when the candidate array is the
  * vocabulary in id order, as a chain meets it after a logit bias, where llama.cpp looks every candidate up
- * in a hash table: on a tiny model that was a quarter of each token's time.  Candidate ids must be distinct
+ * in a hash table: on a tiny model that was a fifth of each token's time.  Candidate ids must be distinct
  * (every array llama.cpp makes has them so).  No backend sampling.  Free with llama_sampler_free (or the
  * chain that owns it); NULL when out of memory. */
 LLAMA_CPP_NATIVE_SHIM_API struct llama_sampler * llama_cpp_native_penalties_init(int32_t penalty_last_n,

@@ -2,8 +2,8 @@
 // the window's side.
 //
 // llama.cpp's penalties sampler looks every candidate up in its table of the window's tokens: 32k hash
-// lookups per token on a 32k vocabulary, a quarter of the whole token on a tiny model with a sampler chain
-// (perf, case (d) of benchmarks/bench.py: 12% of the process's samples, the decode's included).  The window
+// lookups per token on a 32k vocabulary, a fifth of the whole token on a tiny model with a sampler chain
+// (perf, case (d) of benchmarks/bench.py: 9% of the process's samples, its OpenMP workers' included).  The window
 // holds at most penalty_last_n distinct tokens, and the candidates the chain meets are the vocabulary in id
 // order, so the token t is candidate t: this sampler changes exactly those, with llama.cpp's arithmetic, and
 // looks every candidate up only when the array is in another order.
