@@ -4,6 +4,7 @@ statistics as ``LlamaServer.record_routing_stats`` reports them (the Ray Serve t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections import Counter
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from llama_cpp.engine.prefix_summary import block_hashes, chain_start
+from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
 from llama_cpp_server.prefix_routing import PrefixRouting, ReplicaView, RoutedPrompt, held_hashes
 from llama_cpp_server.ray_prefix_router import ROUTE_KEYWORD, PrefixRequestRouter, routed_prompt
 from llama_cpp_server.response_store import home_tag
@@ -93,42 +95,79 @@ def test_routing_statistics_are_read_defensively() -> None:
 def replica(unique_id: str, *held: list[int]) -> Any:
     stats = {"prefixes": [{"name": "tiny", "model": "m", "block_tokens": 32,
                            "hashes": [h for tokens in held for h in hashes(tokens)]}]}
-    return SimpleNamespace(replica_id=SimpleNamespace(unique_id=unique_id), routing_stats=stats)
+    return SimpleNamespace(replica_id=ReplicaID(unique_id, DeploymentID(name="server", app_name="app")),
+                           routing_stats=stats)
+
+
+REQUEST_IDS = itertools.count(1)
 
 
 def pending(route: Any) -> Any:
-    return SimpleNamespace(kwargs={ROUTE_KEYWORD: route} if route is not None else {})
+    """A request as Serve's router hooks see it: its kwargs, its internal id and its future."""
+    return SimpleNamespace(kwargs={ROUTE_KEYWORD: route} if route is not None else {},
+                           metadata=SimpleNamespace(internal_request_id=f"r{next(REQUEST_IDS)}"),
+                           future=SimpleNamespace(cancelled=lambda: False))
 
 
-def test_the_serve_router_ranks_by_the_replicas_statistics_and_its_own_load_count() -> None:
-    router = PrefixRequestRouter.__new__(PrefixRequestRouter)  # the API's hooks alone, without Serve's plumbing
-    router._use_replica_queue_len_cache = False  # (what the base class's __init__ would set: no queue cache here)
-    router.initialize_state(load_bound=1)
+def serve_router(**kwargs: Any) -> PrefixRequestRouter:
+    """The router as Serve builds it for a deployment, with no replicas: its hooks are called here as Serve would."""
+    router = PrefixRequestRouter(DeploymentID(name="server", app_name="app"), DeploymentHandleSource.UNKNOWN)
+    router.initialize_state(**kwargs)
+    return router
+
+
+def choose(router: PrefixRequestRouter, replicas: list[Any], request: Any) -> list[list[Any]]:
+    return asyncio.run(router.choose_replicas(replicas, request))
+
+
+def completed(router: PrefixRequestRouter, replica: Any, request: Any) -> None:
+    router.on_request_completed(replica.replica_id, request.metadata.internal_request_id)
+
+
+def test_the_serve_router_counts_a_request_from_its_placement_to_its_completion() -> None:
+    """Counted when chosen, not when Serve says it was sent (that comes after other requests may have been
+    routed): two new chats routed back to back do not both see the holder idle."""
+    router = serve_router(load_bound=1)
     a, b = replica("a"), replica("b", SYSTEM)
     route = {"model": "tiny", "hashes": list(hashes(SYSTEM + [3])), "conversation": "u"}
-    ranks = asyncio.run(router.choose_replicas([a, b], pending(route)))
-    assert ranks[0] == [b]
-    for _ in range(2):  # two requests in flight on b: over the bound, the holder loses its preference
-        router.on_send_request(b.replica_id)
-    ranks = asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "v"})))
-    assert ranks == [[a]]  # only a is within the bound
-    assert asyncio.run(router.choose_replicas([a, b], pending(route))) == [[b]]  # "u" sticks, however loaded
-    router.on_request_completed(b.replica_id, "r1")
-    router.on_request_completed(b.replica_id, "r2")
-    for _ in range(2):  # now a is the busy one (it holds the prefix too: "v" was sent there)
-        router.on_send_request(a.replica_id)
-    assert asyncio.run(router.choose_replicas([a, b], pending({**route, "conversation": "w"})))[0] == [b]
+    first, second = pending(route), pending({**route, "conversation": "v"})
+    assert choose(router, [a, b], first)[0] == [b]
+    assert choose(router, [a, b], second)[0] == [b]  # one in flight on b: within the bound
+    third = pending({**route, "conversation": "w"})
+    assert choose(router, [a, b], third) == [[a]]  # two on b, none sent yet: only a is within the bound
+    assert choose(router, [a, b], pending(route)) == [[b]]  # "u" sticks, however loaded
+    for request in (first, second):
+        completed(router, b, request)
+    completed(router, a, third)
+    # b has one left, "u"'s second turn; a holds the prefix too ("w" was sent there) and is idle
+    assert choose(router, [a, b], pending({**route, "conversation": "x"}))[0] == [a]
+
+
+def test_a_request_abandoned_before_it_was_sent_or_refused_is_counted_where_it_went_last() -> None:
+    router = serve_router(load_bound=0)
+    a, b = replica("a", SYSTEM), replica("b")
+    route = {"model": "tiny", "hashes": list(hashes(SYSTEM + [3])), "conversation": ""}
+    abandoned = pending(route)
+    assert choose(router, [a, b], abandoned)[0] == [a]
+    abandoned.future.cancelled = lambda: True  # its caller went away while it waited for a replica
+    refused = pending(route)
+    assert choose(router, [a, b], refused)[0] == [a]  # the abandoned one no longer counts
+    router.on_request_routed(refused, b.replica_id, None)  # a refused it; Serve placed it on b
+    completed(router, a, refused)  # the refused attempt ends: the request is still in flight on b
+    on_a = pending({**route, "hashes": []})
+    assert choose(router, [a, b], on_a)[0] == [a]
+    router.on_replica_actor_died(b.replica_id)
+    assert router.placed.keys() == {on_a.metadata.internal_request_id}
 
 
 def test_the_replica_chosen_for_a_request_goes_to_that_request_not_the_oldest_waiting() -> None:
     """Serve's FIFO matching gave a replica chosen for one chat's route to whichever request had waited longest,
     moving that one's chat (CI saw a chat answered by two replicas); the router matches by request id."""
-    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, RequestMetadata
+    from ray.serve._private.common import RequestMetadata
     from ray.serve.request_router import PendingRequest
 
     async def fulfilled() -> tuple[bool, Any]:
-        router = PrefixRequestRouter(DeploymentID(name="server", app_name="app"), DeploymentHandleSource.UNKNOWN)
-        router.initialize_state()
+        router = serve_router()
         older, newer = (PendingRequest(args=[], kwargs={}, metadata=RequestMetadata(request_id=key,
                                                                                     internal_request_id=key))
                         for key in ("older", "newer"))
@@ -186,11 +225,9 @@ def test_a_stored_response_goes_to_its_home_however_loaded_and_nowhere_else() ->
 
 
 def test_the_serve_router_reads_the_home_of_a_route() -> None:
-    router = PrefixRequestRouter.__new__(PrefixRequestRouter)
-    router._use_replica_queue_len_cache = False
-    router.initialize_state(load_bound=1)
+    router = serve_router(load_bound=1)
     a, b = replica("a", SYSTEM), replica("b")
     for _ in range(3):
-        router.on_send_request(b.replica_id)
+        choose(router, [b], pending(None))
     route = {"model": "tiny", "hashes": list(hashes(SYSTEM)), "conversation": "", "home": home_tag("b")}
-    assert asyncio.run(router.choose_replicas([a, b], pending(route))) == [[b]]
+    assert choose(router, [a, b], pending(route)) == [[b]]

@@ -88,8 +88,9 @@ def test_prefix_routing_evaluates_half_the_prompt_tokens_of_pow2(base: str, chat
 def test_prefix_routing_keeps_chats_and_spreads_them_where_answers_take_longer(base: str,
                                                                                smollm2_model_path: Path) -> None:
     """SmolLM2's answers take long enough that Serve routes while replicas are busy, where stickiness and the
-    load count once missed requests (one replica got 87 of 144); the tokens pow2 would evaluate are compared
-    on the tiny model above (the same routing, at a third of this test's time)."""
+    load count once missed requests (one replica got 87 of 144), and where requests counted only once Serve
+    sent them let chats that started together all see the same loads (78 of 144); the tokens pow2 would
+    evaluate are compared on the tiny model above (the same routing, at a third of this test's time)."""
     _, placed = routed(base, smollm2_model_path, "prefix")
     assert_sticky_and_spread(placed)
 
