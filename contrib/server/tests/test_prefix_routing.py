@@ -154,6 +154,7 @@ def test_a_request_abandoned_before_it_was_sent_or_refused_is_counted_where_it_w
     assert choose(router, [a, b], refused)[0] == [a]  # the abandoned one no longer counts
     router.on_request_routed(refused, b.replica_id, None)  # a refused it; Serve placed it on b
     completed(router, a, refused)  # the refused attempt ends: the request is still in flight on b
+    assert router.placed[refused.metadata.internal_request_id].replica_id == "b"
     on_a = pending({**route, "hashes": []})
     assert choose(router, [a, b], on_a)[0] == [a]
     router.on_replica_actor_died(b.replica_id)
