@@ -117,10 +117,14 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     if server.cors_origins:
         # llama-server's shorthand "localhost": a page served from this machine, on any port
         local = LOCAL_ORIGINS if "localhost" in server.cors_origins else None
+        # any request header: browser clients send their own (the OpenAI SDK's x-stainless-*, Anthropic's
+        # anthropic-version), and a preflight that refuses one fails the request
         app.add_middleware(CORSMiddleware, allow_origins=[o for o in server.cors_origins if o != "localhost"],
-                           allow_origin_regex=local,
-                           allow_credentials=server.cors_allow_credentials, allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["Authorization", "X-Api-Key", "Content-Type"])
+                           allow_origin_regex=local, allow_credentials=server.cors_allow_credentials,
+                           allow_methods=["GET", "POST", "DELETE", "OPTIONS"], allow_headers=["*"])
+        if "*" in server.cors_origins and not server.api_keys:
+            errors.log.warning("CORS allows every origin and no API key is set: any web page a user of this "
+                               "machine opens can use this server (set api_keys, or list cors_origins)")
     app.add_middleware(errors.CatchAll, shapes=shapes)  # outermost: whatever fails below it still answers
     keyed = [Depends(require_api_key(server.api_keys))]
     timeout = server.request_timeout

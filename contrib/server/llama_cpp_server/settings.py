@@ -346,7 +346,10 @@ class ServerSettings(BaseModel):
     root_path: str = ""
     api_keys: list[str] = Field(default_factory=list, description="accepted keys (Bearer or X-Api-Key); none: open")
     api_key: str | None = Field(None, description="one key (the reference server's setting)")
-    cors_origins: list[str] = Field(default_factory=list, description="origins allowed by CORS; none: CORS off")
+    cors_origins: list[str] = Field(default_factory=lambda: ["*"],
+                                    description="origins allowed by CORS ('*': any, as llama-server and the "
+                                                "reference allow; 'localhost': pages from this machine); "
+                                                "an empty list: CORS off")
     cors_allow_credentials: bool = False
     max_body_bytes: int = Field(8 << 20, ge=1024, description="largest request body")
     max_prompt_tokens: int | None = Field(None, ge=1, description="longest prompt (default: the context)")

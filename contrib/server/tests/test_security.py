@@ -28,10 +28,22 @@ def test_api_keys_from_bearer_or_x_api_key(serve: Callable[..., Any]) -> None:
         assert httpx.get(f"{base}/").status_code == 200  # the chat page asks for a key itself
 
 
-def test_cors_is_off_unless_configured(serve: Callable[..., Any]) -> None:
+def test_cors_allows_any_origin_by_default_as_llama_server_does(serve: Callable[..., Any]) -> None:
+    # the preflight of a browser's OpenAI SDK: headers of its own beside the key and the body's type
     preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "content-type"}
+                 "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os, x-stainless-lang"}
     with serve() as base:
+        reply = httpx.options(f"{base}/v1/chat/completions", headers=preflight)
+        assert reply.status_code == 200
+        assert reply.headers["access-control-allow-origin"] == "*"
+        assert "x-stainless-os" in reply.headers["access-control-allow-headers"].lower()
+        reply = httpx.options(f"{base}/v1/responses/resp_1",
+                              headers={**preflight, "Access-Control-Request-Method": "DELETE"})
+        assert "DELETE" in reply.headers["access-control-allow-methods"]
+        reply = httpx.post(f"{base}/v1/chat/completions", json=CHAT, headers={"Origin": "https://app.example"})
+        assert reply.headers["access-control-allow-origin"] == "*"
+        assert "access-control-allow-credentials" not in reply.headers
+    with serve(cors_origins=[]) as base:  # an empty list: CORS off
         reply = httpx.options(f"{base}/v1/chat/completions", headers=preflight)
         assert "access-control-allow-origin" not in reply.headers
         reply = httpx.post(f"{base}/v1/chat/completions", json=CHAT, headers={"Origin": "https://app.example"})
