@@ -29,15 +29,17 @@ static float block_maxima(const float * logits, int32_t n_vocab, std::vector<flo
     const int32_t full = n_vocab / BLOCK;
     maxima.resize(full + 1);
     v4i bad = {0, 0, 0, 0};
-    float best = -INFINITY;
+    // the best of all as four lanes: a running scalar maximum would chain every block on the one before
+    v4f lanes = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int32_t b = 0; b < full; ++b) {
         const float * p = logits + b * BLOCK;
         const v4f x0 = load4(p), x1 = load4(p + 4), x2 = load4(p + 8), x3 = load4(p + 12);
         bad |= (x0 != x0) | (x1 != x1) | (x2 != x2) | (x3 != x3);
         const v4f m = max4(max4(x0, x1), max4(x2, x3));
         maxima[b] = std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
-        best = std::max(best, maxima[b]);
+        lanes = max4(m, lanes);
     }
+    const float best = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
     float tail = -INFINITY;
     bool tail_nan = false;
     for (int32_t i = full * BLOCK; i < n_vocab; ++i) {
