@@ -278,12 +278,13 @@ def create_app(settings: Settings | None = None, server_settings: ServerSettings
     @app.get("/v1/responses/{response_id}/input_items", dependencies=keyed,
              responses=openai_responses_schema.INPUT_ITEMS)
     async def response_input_items(response_id: str, request: Request, limit: int = 20, order: str = "desc",
-                                   after: str | None = None) -> Any:
+                                   after: str | None = None, before: str | None = None) -> Any:
         if not 1 <= limit <= 100:
             raise errors.APIError(400, f"limit: 1 to 100, got {limit}", param="limit")
         if order not in ("asc", "desc"):
             raise errors.APIError(400, f"order: 'asc' or 'desc', got {order!r}", param="order")
-        return openai_responses.input_items_page(stored_response(response_id, request), limit, order, after)
+        return openai_responses.input_items_page(stored_response(response_id, request), limit, order, after,
+                                                 before)
 
     @app.post("/v1/embeddings", dependencies=keyed, responses=responses.EMBEDDINGS)
     async def embeddings(body: EmbeddingRequest, request: Request) -> Any:

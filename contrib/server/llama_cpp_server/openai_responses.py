@@ -587,15 +587,23 @@ class ResponseStream:
         return events
 
 
-def input_items_page(record: StoredResponse, limit: int, order: str, after: str | None) -> dict[str, Any]:
+def input_items_page(record: StoredResponse, limit: int, order: str, after: str | None,
+                     before: str | None = None) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: a page of the stored request's input items (``order`` ``desc``,
-    the API's default, lists the last first; ``after`` an item id the page starts after)."""
+    the API's default, lists the last first).  The cursors are item ids: ``after`` starts the page after
+    one, ``before`` ends it before one (alone, it gives the ``limit`` items just before it: the previous
+    page); ``has_more`` says whether items between the cursors are left off the page."""
     items = list(record.input_items) if order == "asc" else list(reversed(record.input_items))
-    if after is not None:
-        ids = [item["id"] for item in items]
-        if after not in ids:
-            raise APIError(404, f"after: no input item {after!r} in response {record.id!r}", param="after")
-        items = items[ids.index(after) + 1:]
-    page = items[:limit]
+    ids = [item["id"] for item in items]
+
+    def position(cursor: str, name: str) -> int:
+        if cursor not in ids:
+            raise APIError(404, f"{name}: no input item {cursor!r} in response {record.id!r}", param=name)
+        return ids.index(cursor)
+
+    start = position(after, "after") + 1 if after is not None else 0
+    end = position(before, "before") if before is not None else len(items)
+    between = items[start:end]
+    page = between[-limit:] if before is not None and after is None else between[:limit]
     return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+            "last_id": page[-1]["id"] if page else None, "has_more": len(between) > limit}

@@ -340,3 +340,27 @@ def test_an_input_image_is_the_chat_routes_image_part(tiny_mtmd_model: Any, tiny
                                          {"type": "text", "text": "What is this?"}]}])
     assert seen.output_text == chat.choices[0].message.content
     assert seen.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_input_items_pages_forward_with_after_and_back_with_before() -> None:
+    from llama_cpp_server.errors import APIError
+    from llama_cpp_server.openai_responses import input_items_page
+
+    items = [{"id": f"msg_{i}", "type": "message"} for i in range(5)]
+    record = StoredResponse(id="resp_1", tenant="", response={}, input_items=items, conversation=[])
+
+    def ids(page: dict[str, Any]) -> tuple[list[str], bool]:
+        return [item["id"] for item in page["data"]], page["has_more"]
+
+    assert ids(input_items_page(record, 2, "asc", None)) == (["msg_0", "msg_1"], True)
+    assert ids(input_items_page(record, 2, "asc", "msg_1")) == (["msg_2", "msg_3"], True)
+    assert ids(input_items_page(record, 2, "asc", "msg_3")) == (["msg_4"], False)
+    assert ids(input_items_page(record, 2, "desc", None)) == (["msg_4", "msg_3"], True)
+    # before alone: the page just before the cursor, as a client going back a page asks for it
+    assert ids(input_items_page(record, 2, "asc", None, "msg_4")) == (["msg_2", "msg_3"], True)
+    assert ids(input_items_page(record, 2, "asc", None, "msg_2")) == (["msg_0", "msg_1"], False)
+    assert ids(input_items_page(record, 2, "desc", None, "msg_1")) == (["msg_3", "msg_2"], True)
+    assert ids(input_items_page(record, 5, "asc", "msg_0", "msg_4")) == (["msg_1", "msg_2", "msg_3"], False)
+    assert ids(input_items_page(record, 5, "asc", "msg_3", "msg_1")) == ([], False)  # crossed cursors: nothing
+    with pytest.raises(APIError, match="before: no input item 'msg_9'"):
+        input_items_page(record, 2, "asc", None, "msg_9")
