@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -134,7 +135,10 @@ def test_close_while_other_threads_generate_ends_their_requests(tiny_model_path:
     threads[0].start()
     assert started.wait(60)
     threads[1].start()
-    threads[1].join(timeout=0.2)
+    deadline = time.monotonic() + 60
+    while model.scheduler.stats().waiting < 1:  # it is in the queue, not yet to come: close() must end it
+        assert time.monotonic() < deadline and threads[1].is_alive(), outcomes
+        time.sleep(0.005)
     model.close()
     for thread in threads:
         thread.join(timeout=60)
